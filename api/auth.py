@@ -1,0 +1,151 @@
+"""Bearer-token verification as an OAuth 2.1 resource server.
+
+Access tokens are JWTs (RS256 or ES256) from ``OIDC_ISSUER``, checked against the
+issuer's JWKS (cached; refetched when an unknown ``kid`` appears, at most once per
+``_REFETCH_INTERVAL``), with ``iss`` equal to the issuer, an audience containing the
+MCP resource URL (RFC 8707), and ``exp``/``nbf`` within a small leeway. The principal
+is (issuer, subject); nothing else in the token or the request is identity.
+"""
+
+import asyncio
+import logging
+import time
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import httpx2
+import jwt
+from mcp.server.auth.middleware.auth_context import get_access_token
+from mcp.server.auth.provider import AccessToken
+
+from store.principal import Principal
+
+logger = logging.getLogger(__name__)
+
+ALGORITHMS = ("RS256", "ES256")
+_REFETCH_INTERVAL = 30.0
+
+
+def canonical_resource(url: str) -> str:
+    """Compare resource URIs case-insensitively in scheme and host, ignoring a trailing slash."""
+    parts = urlsplit(url.strip())
+    netloc = parts.netloc.lower()
+    return urlunsplit((parts.scheme.lower(), netloc, parts.path.rstrip("/"), parts.query, ""))
+
+
+class JwksCache:
+    """The issuer's signing keys, discovered through its metadata and cached in memory."""
+
+    def __init__(self, issuer: str, http: httpx2.AsyncClient, ttl: float) -> None:
+        self._issuer = issuer
+        self._http = http
+        self._ttl = ttl
+        self._keys: dict[str, jwt.PyJWK] = {}
+        self._fetched_at = 0.0
+        self._jwks_uri: str | None = None
+        self._lock = asyncio.Lock()
+
+    async def key(self, kid: str) -> jwt.PyJWK | None:
+        """The key with ``kid``, refreshing the cache when stale or when the kid is new."""
+        now = time.monotonic()
+        if now - self._fetched_at > self._ttl or (kid not in self._keys and now - self._fetched_at > _REFETCH_INTERVAL):
+            await self._refresh()
+        return self._keys.get(kid)
+
+    async def _refresh(self) -> None:
+        async with self._lock:
+            if time.monotonic() - self._fetched_at < 1.0:
+                return  # another task refreshed while we waited
+            try:
+                if self._jwks_uri is None:
+                    self._jwks_uri = await self._discover_jwks_uri()
+                response = await self._http.get(self._jwks_uri)
+                response.raise_for_status()
+                keys: dict[str, jwt.PyJWK] = {}
+                for jwk in response.json().get("keys", []):
+                    if jwk.get("use", "sig") != "sig" or "kid" not in jwk:
+                        continue
+                    try:
+                        keys[jwk["kid"]] = jwt.PyJWK(jwk)
+                    except jwt.PyJWKError:
+                        continue  # an algorithm we do not use
+                self._keys = keys
+            except (httpx2.HTTPError, ValueError) as exc:
+                logger.warning("could not fetch the issuer's JWKS: %s", type(exc).__name__)
+            finally:
+                # Even a failed fetch counts, so a flood of bad kids cannot hammer the issuer.
+                self._fetched_at = time.monotonic()
+
+    async def _discover_jwks_uri(self) -> str:
+        for suffix in ("/.well-known/openid-configuration", "/.well-known/oauth-authorization-server"):
+            response = await self._http.get(self._issuer + suffix)
+            if response.status_code == 200:
+                metadata = response.json()
+                if metadata.get("issuer") != self._issuer:
+                    raise ValueError("issuer metadata names a different issuer")
+                return str(metadata["jwks_uri"])
+        raise ValueError("issuer metadata not found")
+
+
+class JwtVerifier:
+    """An ``mcp`` ``TokenVerifier`` for JWT access tokens issued for this server."""
+
+    def __init__(self, *, issuer: str, resource: str, jwks: JwksCache, leeway: int) -> None:
+        self._issuer = issuer
+        self._resource = canonical_resource(resource)
+        self._jwks = jwks
+        self._leeway = leeway
+
+    async def verify_token(self, token: str) -> AccessToken | None:
+        """Return the verified token, or ``None`` for anything that is not a valid token for us."""
+        try:
+            header = jwt.get_unverified_header(token)
+        except jwt.InvalidTokenError:
+            return None
+        kid = header.get("kid")
+        if header.get("alg") not in ALGORITHMS or not isinstance(kid, str):
+            return None
+        key = await self._jwks.key(kid)
+        if key is None:
+            return None
+        try:
+            claims: dict[str, Any] = jwt.decode(
+                token,
+                key=key,
+                algorithms=list(ALGORITHMS),
+                issuer=self._issuer,
+                leeway=self._leeway,
+                options={"require": ["exp", "iss", "sub", "aud"], "verify_aud": False},
+            )
+        except jwt.InvalidTokenError as exc:
+            logger.info("rejected bearer token: %s", type(exc).__name__)
+            return None
+        audiences = claims["aud"] if isinstance(claims["aud"], list) else [claims["aud"]]
+        if not any(isinstance(a, str) and canonical_resource(a) == self._resource for a in audiences):
+            logger.info("rejected bearer token: audience is not this server")
+            return None
+        subject = claims["sub"]
+        if not isinstance(subject, str) or not subject:
+            return None
+        scope = claims.get("scope", "")
+        return AccessToken(
+            token=token,
+            client_id=str(claims.get("client_id") or claims.get("azp") or ""),
+            scopes=scope.split() if isinstance(scope, str) else [],
+            expires_at=int(claims["exp"]) + self._leeway,
+            resource=self._resource,
+            subject=subject,
+            claims={"iss": claims["iss"]},
+        )
+
+
+def current_principal() -> Principal:
+    """The principal of the request being handled (set by the SDK's auth middleware).
+
+    Raises:
+        LookupError: outside an authenticated request, which is a wiring bug.
+    """
+    token = get_access_token()
+    if token is None or not token.subject or not token.claims or "iss" not in token.claims:
+        raise LookupError("no authenticated principal for this request")
+    return Principal(issuer=str(token.claims["iss"]), subject=token.subject)

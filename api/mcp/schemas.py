@@ -1,0 +1,113 @@
+"""Tool result shapes: the only place that knows what a tool's structured output looks like."""
+
+from datetime import datetime
+
+from pydantic import BaseModel, Field
+
+from store.carts import CartSummary, CartView
+from store.catalog import ProductRow
+
+
+class ProductOut(BaseModel):
+    """A catalog product."""
+
+    sku: str
+    name: str
+    unit_price_cents: int
+    currency: str
+
+    @classmethod
+    def of(cls, row: ProductRow) -> "ProductOut":
+        return cls(sku=row.sku, name=row.name, unit_price_cents=row.unit_price_cents, currency=row.currency)
+
+
+class CatalogSearchOut(BaseModel):
+    """Products matching a search."""
+
+    products: list[ProductOut]
+
+
+class CartCreated(BaseModel):
+    """The handle of a new cart; pass it to the other cart tools."""
+
+    cart_id: str = Field(description="Opaque cart handle, e.g. cart_3q2F…")
+
+
+class CartLineOut(BaseModel):
+    """One line of a cart."""
+
+    sku: str
+    name: str
+    quantity: int
+    unit_price_cents: int
+    line_total_cents: int
+
+
+class CartOut(BaseModel):
+    """A cart with its lines. ``version`` increases on every change."""
+
+    cart_id: str
+    version: int
+    status: str = Field(description="open or checked_out")
+    items: list[CartLineOut]
+    total_cents: int
+    currency: str | None = Field(description="ISO 4217 code of the items; null while the cart is empty")
+
+    @classmethod
+    def of(cls, cart: CartView) -> "CartOut":
+        return cls(
+            cart_id=cart.handle,
+            version=cart.version,
+            status=cart.status,
+            items=[
+                CartLineOut(
+                    sku=line.sku,
+                    name=line.name,
+                    quantity=line.quantity,
+                    unit_price_cents=line.unit_price_cents,
+                    line_total_cents=line.line_total_cents,
+                )
+                for line in cart.items
+            ],
+            total_cents=cart.total_cents,
+            currency=cart.currency,
+        )
+
+
+class CartSummaryOut(BaseModel):
+    """A cart as listed."""
+
+    cart_id: str
+    version: int
+    status: str
+    line_count: int
+    item_count: int = Field(description="Sum of quantities over all lines")
+    total_cents: int
+    currency: str | None
+    created_at: datetime
+
+    @classmethod
+    def of(cls, cart: CartSummary) -> "CartSummaryOut":
+        return cls(
+            cart_id=cart.handle,
+            version=cart.version,
+            status=cart.status,
+            line_count=cart.line_count,
+            item_count=cart.item_count,
+            total_cents=cart.total_cents,
+            currency=cart.currency,
+            created_at=cart.created_at,
+        )
+
+
+class CartListOut(BaseModel):
+    """The caller's carts, newest first."""
+
+    carts: list[CartSummaryOut]
+
+
+class CartDeleted(BaseModel):
+    """Confirmation that a cart is gone."""
+
+    cart_id: str
+    deleted: bool

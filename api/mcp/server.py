@@ -1,0 +1,42 @@
+"""Build the SDK's ``MCPServer`` with Coatcheck's auth, request-state protection and tools."""
+
+from typing import Literal, cast
+
+from mcp.server.auth.settings import AuthSettings
+from mcp.server.mcpserver import MCPServer, RequestStateSecurity
+
+from api.auth import JwtVerifier
+from api.mcp.tools_carts import register_cart_tools
+from api.settings import Settings
+from store.db import Database
+
+SERVER_NAME = "coatcheck"
+SERVER_VERSION = "0.1.0"
+INSTRUCTIONS = (
+    "Coatcheck keeps carts and orders for you. Tools return handles (cart_…); pass a handle back as an "
+    "argument on later calls. Handles are private to the signed-in user."
+)
+
+LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]
+
+
+def build_mcp_server(settings: Settings, database: Database, verifier: JwtVerifier) -> MCPServer:
+    """The production MCP server: every tool, auth required, requestState sealed under the shared ring."""
+    mcp = MCPServer(
+        SERVER_NAME,
+        version=SERVER_VERSION,
+        instructions=INSTRUCTIONS,
+        token_verifier=verifier,
+        auth=AuthSettings(
+            issuer_url=settings.oidc_issuer,  # type: ignore[arg-type]  # pydantic coerces the str
+            resource_server_url=settings.mcp_resource_url,  # type: ignore[arg-type]
+            # The verifier checks the audience itself (with RFC 8707 case rules), so the SDK need not.
+            validate_token_resource=False,
+        ),
+        request_state_security=RequestStateSecurity(
+            keys=settings.state_key_ring, ttl=float(settings.request_state_ttl_seconds)
+        ),
+        log_level=cast(LogLevel, settings.log_level.upper()),
+    )
+    register_cart_tools(mcp, database)
+    return mcp

@@ -1,0 +1,256 @@
+"""Carts and their lines, always scoped to the owning principal.
+
+Writes are absolute (a line is *set* to a quantity) and bump the cart's ``version``,
+so a retried call has the effect of one call and concurrent editors can use
+optimistic concurrency. A handle that is malformed, unknown, or owned by someone
+else raises the same :class:`~store.errors.NotFound`.
+"""
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import NoReturn
+
+from sqlalchemy import and_, delete, exists, func, insert, literal, select, update
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.sql.elements import ColumnElement
+
+from store.errors import Conflict, InvalidInput, NotFound
+from store.handles import is_well_formed, new_handle
+from store.models import Cart, CartItem, Product
+from store.principal import Principal
+
+CART_PREFIX = "cart"
+MAX_QUANTITY = 999
+
+_cart = Cart.__table__
+_item = CartItem.__table__
+_product = Product.__table__
+
+
+@dataclass(frozen=True, slots=True)
+class CartLine:
+    """One line of a cart, priced from the catalog."""
+
+    sku: str
+    name: str
+    quantity: int
+    unit_price_cents: int
+    line_total_cents: int
+
+
+@dataclass(frozen=True, slots=True)
+class CartView:
+    """A cart with its lines and total."""
+
+    handle: str
+    version: int
+    status: str
+    items: list[CartLine]
+    total_cents: int
+    currency: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class CartSummary:
+    """A cart as listed: counts and total, no lines."""
+
+    handle: str
+    version: int
+    status: str
+    line_count: int
+    item_count: int
+    total_cents: int
+    currency: str | None
+    created_at: datetime
+
+
+def _owned_by(principal: Principal) -> ColumnElement[bool]:
+    return and_(_cart.c.principal_iss == principal.issuer, _cart.c.principal_sub == principal.subject)
+
+
+class CartRepository:
+    """Cart operations on one connection (inside the caller's transaction)."""
+
+    def __init__(self, conn: AsyncConnection) -> None:
+        self._conn = conn
+
+    async def create(self, principal: Principal) -> str:
+        """Create an empty open cart and return its handle."""
+        handle = new_handle(CART_PREFIX)
+        await self._conn.execute(
+            insert(_cart).values(handle=handle, principal_iss=principal.issuer, principal_sub=principal.subject)
+        )
+        return handle
+
+    async def view(self, principal: Principal, handle: str) -> CartView:
+        """The cart with its lines, in one query.
+
+        Raises:
+            NotFound: the handle names no cart of this principal.
+        """
+        if not is_well_formed(handle, CART_PREFIX):
+            raise NotFound("cart", handle)
+        stmt = (
+            select(
+                _cart.c.version,
+                _cart.c.status,
+                _item.c.sku,
+                _product.c.name,
+                _item.c.quantity,
+                _product.c.unit_price_cents,
+                _product.c.currency,
+            )
+            .select_from(
+                _cart.outerjoin(_item, _item.c.cart_id == _cart.c.id).outerjoin(_product, _product.c.sku == _item.c.sku)
+            )
+            .where(_cart.c.handle == handle, _owned_by(principal))
+            .order_by(_item.c.sku)
+        )
+        rows = (await self._conn.execute(stmt)).all()
+        if not rows:
+            raise NotFound("cart", handle)
+        version, status = rows[0][0], rows[0][1]
+        lines = [
+            CartLine(sku=sku, name=name, quantity=qty, unit_price_cents=price, line_total_cents=qty * price)
+            for _, _, sku, name, qty, price, _ in rows
+            if sku is not None
+        ]
+        currency = next((row[6] for row in rows if row[6] is not None), None)
+        return CartView(
+            handle=handle,
+            version=version,
+            status=status,
+            items=lines,
+            total_cents=sum(line.line_total_cents for line in lines),
+            currency=currency,
+        )
+
+    async def set_item(
+        self, principal: Principal, handle: str, sku: str, quantity: int, expected_version: int | None = None
+    ) -> CartView:
+        """Set the line for ``sku`` to ``quantity`` (0 removes it) and return the updated cart.
+
+        The version bump takes the row lock first, so concurrent writers to one cart serialise.
+
+        Raises:
+            NotFound: the handle names no cart of this principal.
+            Conflict: the cart is checked out, or its version is not ``expected_version``.
+            InvalidInput: unknown sku, quantity out of range, or a currency other than the cart's.
+        """
+        if not 0 <= quantity <= MAX_QUANTITY:
+            raise InvalidInput(f"quantity must be between 0 and {MAX_QUANTITY}; use 0 to remove the item")
+        if not is_well_formed(handle, CART_PREFIX):
+            raise NotFound("cart", handle)
+        conditions = [_cart.c.handle == handle, _owned_by(principal), _cart.c.status == "open"]
+        if expected_version is not None:
+            conditions.append(_cart.c.version == expected_version)
+        bumped = await self._conn.execute(
+            update(_cart)
+            .where(*conditions)
+            .values(version=_cart.c.version + 1, updated_at=func.now())
+            .returning(_cart.c.id)
+        )
+        cart_id = bumped.scalar_one_or_none()
+        if cart_id is None:
+            await self._explain_unwritable(principal, handle, expected_version)
+
+        if quantity == 0:
+            known = await self._conn.execute(
+                select(literal(True)).where(exists().where(_product.c.sku == sku))
+            )
+            if known.scalar_one_or_none() is None:
+                raise InvalidInput(f"unknown sku {sku!r}; use catalog_search to find products")
+            await self._conn.execute(delete(_item).where(_item.c.cart_id == cart_id, _item.c.sku == sku))
+        else:
+            other = _product.alias("other")
+            mixed_currency = (
+                select(literal(True))
+                .select_from(_item.join(other, other.c.sku == _item.c.sku))
+                .where(_item.c.cart_id == cart_id, other.c.currency != _product.c.currency)
+                .exists()
+            )
+            stmt = pg_insert(_item).from_select(
+                ["cart_id", "sku", "quantity"],
+                select(literal(cart_id), _product.c.sku, literal(quantity)).where(
+                    _product.c.sku == sku, ~mixed_currency
+                ),
+            )
+            stmt = stmt.on_conflict_do_update(
+                index_elements=[_item.c.cart_id, _item.c.sku], set_={"quantity": stmt.excluded.quantity}
+            ).returning(_item.c.sku)
+            if (await self._conn.execute(stmt)).scalar_one_or_none() is None:
+                await self._explain_unusable_sku(sku)
+        return await self.view(principal, handle)
+
+    async def _explain_unwritable(self, principal: Principal, handle: str, expected_version: int | None) -> NoReturn:
+        row = (
+            await self._conn.execute(
+                select(_cart.c.status, _cart.c.version).where(_cart.c.handle == handle, _owned_by(principal))
+            )
+        ).one_or_none()
+        if row is None:
+            raise NotFound("cart", handle)
+        status, version = row
+        if status != "open":
+            raise Conflict("this cart is checked out and can no longer be changed; create a new cart with cart_create")
+        raise Conflict(
+            f"the cart changed: it is at version {version}, not {expected_version}; "
+            "call cart_view to see the current contents, then retry with that version"
+        )
+
+    async def _explain_unusable_sku(self, sku: str) -> NoReturn:
+        exists_row = (await self._conn.execute(select(_product.c.sku).where(_product.c.sku == sku))).one_or_none()
+        if exists_row is None:
+            raise InvalidInput(f"unknown sku {sku!r}; use catalog_search to find products")
+        raise InvalidInput(
+            f"{sku!r} is priced in another currency than the items already in this cart; use a separate cart"
+        )
+
+    async def list(self, principal: Principal) -> list[CartSummary]:
+        """The principal's carts, newest first, with line and item counts and totals."""
+        stmt = (
+            select(
+                _cart.c.handle,
+                _cart.c.version,
+                _cart.c.status,
+                func.count(_item.c.sku),
+                func.coalesce(func.sum(_item.c.quantity), 0),
+                func.coalesce(func.sum(_item.c.quantity * _product.c.unit_price_cents), 0),
+                func.min(_product.c.currency),
+                _cart.c.created_at,
+            )
+            .select_from(
+                _cart.outerjoin(_item, _item.c.cart_id == _cart.c.id).outerjoin(_product, _product.c.sku == _item.c.sku)
+            )
+            .where(_owned_by(principal))
+            .group_by(_cart.c.id)
+            .order_by(_cart.c.created_at.desc(), _cart.c.id.desc())
+        )
+        return [
+            CartSummary(
+                handle=handle,
+                version=version,
+                status=status,
+                line_count=lines,
+                item_count=int(items),
+                total_cents=int(total),
+                currency=currency,
+                created_at=created_at,
+            )
+            for handle, version, status, lines, items, total, currency, created_at in await self._conn.execute(stmt)
+        ]
+
+    async def delete(self, principal: Principal, handle: str) -> None:
+        """Delete the cart and its lines.
+
+        Raises:
+            NotFound: the handle names no cart of this principal.
+        """
+        if not is_well_formed(handle, CART_PREFIX):
+            raise NotFound("cart", handle)
+        result = await self._conn.execute(
+            delete(_cart).where(_cart.c.handle == handle, _owned_by(principal)).returning(_cart.c.id)
+        )
+        if result.scalar_one_or_none() is None:
+            raise NotFound("cart", handle)

@@ -1,0 +1,67 @@
+"""The engine and the unit of work.
+
+One tool call is one transaction: callers open :meth:`Database.transaction` once and
+pass the connection to every repository they use within it.
+"""
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from sqlalchemy import text
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+
+
+def async_database_url(url: str) -> str:
+    """Accept ``postgresql://`` or ``postgresql+asyncpg://`` and return the asyncpg form.
+
+    Raises:
+        ValueError: if the URL is not a PostgreSQL URL.
+    """
+    parsed = make_url(url)
+    backend = parsed.get_backend_name()
+    if backend not in {"postgresql", "postgres"}:
+        raise ValueError("must be a postgresql:// or postgresql+asyncpg:// URL")
+    if parsed.get_driver_name() not in {"asyncpg", "psycopg2", ""} and "+" in parsed.drivername:
+        raise ValueError("only the asyncpg driver is supported")
+    return parsed.set(drivername="postgresql+asyncpg").render_as_string(hide_password=False)
+
+
+class Database:
+    """Owns an :class:`AsyncEngine` and hands out transactions."""
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self.engine = engine
+
+    @classmethod
+    def connect(cls, url: str, *, pool_size: int = 10, max_overflow: int = 10, statement_timeout_ms: int = 15000) -> "Database":
+        """Create a database handle for ``url`` (no connection is opened until first use)."""
+        engine = create_async_engine(
+            async_database_url(url),
+            pool_size=pool_size,
+            max_overflow=max_overflow,
+            pool_pre_ping=True,
+            connect_args={"server_settings": {"statement_timeout": str(statement_timeout_ms)}},
+        )
+        return cls(engine)
+
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[AsyncConnection]:
+        """Run a block in one transaction: commit on success, roll back on any exception."""
+        async with self.engine.begin() as conn:
+            yield conn
+
+    async def ping(self, timeout: float) -> bool:
+        """Tell whether the database answers ``SELECT 1`` within ``timeout`` seconds."""
+        try:
+            async with asyncio.timeout(timeout), self.engine.connect() as conn:
+                await conn.execute(text("SELECT 1"))
+        except (SQLAlchemyError, OSError, TimeoutError):
+            return False
+        return True
+
+    async def dispose(self) -> None:
+        """Close every pooled connection."""
+        await self.engine.dispose()

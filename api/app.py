@@ -11,7 +11,7 @@ from urllib.parse import urlsplit
 import httpx2
 from litestar import Litestar, Response, get
 from litestar.handlers import asgi
-from litestar.types import Receive, Scope, Send
+from litestar.types import HTTPResponseBodyEvent, HTTPResponseStartEvent, Receive, Scope, Send
 from mcp.server.mcpserver import MCPServer
 from mcp.server.transport_security import TransportSecuritySettings
 
@@ -91,13 +91,13 @@ def create_app(
         # legacy lane would open an SSE stream for a GET.
         if scope.get("method") != "POST":
             await send(
-                {
-                    "type": "http.response.start",
-                    "status": 405,
-                    "headers": [(b"allow", b"POST"), (b"content-type", b"application/json")],
-                }
+                HTTPResponseStartEvent(
+                    type="http.response.start",
+                    status=405,
+                    headers=[(b"allow", b"POST"), (b"content-type", b"application/json")],
+                )
             )
-            await send({"type": "http.response.body", "body": _METHOD_NOT_ALLOWED})
+            await send(HTTPResponseBodyEvent(type="http.response.body", body=_METHOD_NOT_ALLOWED, more_body=False))
             return
         await mcp_asgi(scope, receive, send)  # type: ignore[arg-type]
 

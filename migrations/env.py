@@ -48,8 +48,9 @@ async def _run_async() -> None:
 
 def run_migrations_offline() -> None:
     """Emit SQL to stdout instead of running it."""
-    context.configure(url=_database_url(), target_metadata=target_metadata, literal_binds=True,
-                      transaction_per_migration=True)
+    context.configure(
+        url=_database_url(), target_metadata=target_metadata, literal_binds=True, transaction_per_migration=True
+    )
     with context.begin_transaction():
         context.run_migrations()
 

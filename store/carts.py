@@ -17,15 +17,15 @@ from sqlalchemy.sql.elements import ColumnElement
 
 from store.errors import Conflict, InvalidInput, NotFound
 from store.handles import is_well_formed, new_handle
-from store.models import Cart, CartItem, Product
+from store.models import Cart, CartItem, Product, table_of
 from store.principal import Principal
 
 CART_PREFIX = "cart"
 MAX_QUANTITY = 999
 
-_cart = Cart.__table__
-_item = CartItem.__table__
-_product = Product.__table__
+_cart = table_of(Cart)
+_item = table_of(CartItem)
+_product = table_of(Product)
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,9 +156,7 @@ class CartRepository:
             await self._explain_unwritable(principal, handle, expected_version)
 
         if quantity == 0:
-            known = await self._conn.execute(
-                select(literal(True)).where(exists().where(_product.c.sku == sku))
-            )
+            known = await self._conn.execute(select(literal(True)).where(exists().where(_product.c.sku == sku)))
             if known.scalar_one_or_none() is None:
                 raise InvalidInput(f"unknown sku {sku!r}; use catalog_search to find products")
             await self._conn.execute(delete(_item).where(_item.c.cart_id == cart_id, _item.c.sku == sku))
@@ -170,14 +168,14 @@ class CartRepository:
                 .where(_item.c.cart_id == cart_id, other.c.currency != _product.c.currency)
                 .exists()
             )
-            stmt = pg_insert(_item).from_select(
+            upsert = pg_insert(_item).from_select(
                 ["cart_id", "sku", "quantity"],
                 select(literal(cart_id), _product.c.sku, literal(quantity)).where(
                     _product.c.sku == sku, ~mixed_currency
                 ),
             )
-            stmt = stmt.on_conflict_do_update(
-                index_elements=[_item.c.cart_id, _item.c.sku], set_={"quantity": stmt.excluded.quantity}
+            stmt = upsert.on_conflict_do_update(
+                index_elements=[_item.c.cart_id, _item.c.sku], set_={"quantity": upsert.excluded.quantity}
             ).returning(_item.c.sku)
             if (await self._conn.execute(stmt)).scalar_one_or_none() is None:
                 await self._explain_unusable_sku(sku)

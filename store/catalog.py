@@ -6,9 +6,9 @@ from sqlalchemy import func, or_, select
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from store.models import Product
+from store.models import Product, table_of
 
-_product = Product.__table__
+_product = table_of(Product)
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,14 +42,14 @@ async def upsert_products(conn: AsyncConnection, products: list[ProductRow]) -> 
     """
     if not products:
         return 0
-    stmt = insert(_product).values(
+    values = insert(_product).values(
         [
             {"sku": p.sku, "name": p.name, "unit_price_cents": p.unit_price_cents, "currency": p.currency}
             for p in products
         ]
     )
-    excluded = stmt.excluded
-    stmt = stmt.on_conflict_do_update(
+    excluded = values.excluded
+    stmt = values.on_conflict_do_update(
         index_elements=[_product.c.sku],
         set_={"name": excluded.name, "unit_price_cents": excluded.unit_price_cents, "currency": excluded.currency},
         where=func.row(_product.c.name, _product.c.unit_price_cents, _product.c.currency).is_distinct_from(

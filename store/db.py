@@ -36,7 +36,9 @@ class Database:
         self.engine = engine
 
     @classmethod
-    def connect(cls, url: str, *, pool_size: int = 10, max_overflow: int = 10, statement_timeout_ms: int = 15000) -> "Database":
+    def connect(
+        cls, url: str, *, pool_size: int = 10, max_overflow: int = 10, statement_timeout_ms: int = 15000
+    ) -> "Database":
         """Create a database handle for ``url`` (no connection is opened until first use)."""
         engine = create_async_engine(
             async_database_url(url),
@@ -53,10 +55,10 @@ class Database:
         async with self.engine.begin() as conn:
             yield conn
 
-    async def ping(self, timeout: float) -> bool:
-        """Tell whether the database answers ``SELECT 1`` within ``timeout`` seconds."""
+    async def ping(self, within: float) -> bool:
+        """Tell whether the database answers ``SELECT 1`` within ``within`` seconds."""
         try:
-            async with asyncio.timeout(timeout), self.engine.connect() as conn:
+            async with asyncio.timeout(within), self.engine.connect() as conn:
                 await conn.execute(text("SELECT 1"))
         except (SQLAlchemyError, OSError, TimeoutError):
             return False

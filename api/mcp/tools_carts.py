@@ -33,7 +33,7 @@ def register_cart_tools(mcp: MCPServer, database: Database) -> None:
         name="catalog_search",
         description="Search the product catalog by sku or name (case-insensitive substring). "
         "An empty query lists products in sku order.",
-        annotations=ToolAnnotations(readOnlyHint=True, idempotentHint=True, openWorldHint=False),
+        annotations=ToolAnnotations(read_only_hint=True, idempotent_hint=True, open_world_hint=False),
     )
     @tool_errors
     async def catalog_search(
@@ -49,7 +49,7 @@ def register_cart_tools(mcp: MCPServer, database: Database) -> None:
         name="cart_create",
         description="Create an empty cart and return its handle (cart_id). Pass the handle to the other "
         "cart tools. Carts are private to you and are kept until you delete them.",
-        annotations=ToolAnnotations(readOnlyHint=False, destructiveHint=False, idempotentHint=False),
+        annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False),
     )
     @tool_errors
     async def cart_create() -> CartCreated:
@@ -63,7 +63,7 @@ def register_cart_tools(mcp: MCPServer, database: Database) -> None:
         description="Set the quantity of one product in a cart to an absolute value (0 removes the line), "
         "so retrying the call has the same effect as calling it once. Returns the updated cart. "
         "Pass expected_version (from cart_view) to refuse the change if someone else changed the cart.",
-        annotations=ToolAnnotations(readOnlyHint=False, destructiveHint=False, idempotentHint=True),
+        annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=True),
     )
     @tool_errors
     async def cart_set_item(
@@ -80,7 +80,7 @@ def register_cart_tools(mcp: MCPServer, database: Database) -> None:
     @mcp.tool(
         name="cart_view",
         description="Show a cart: its lines with prices, total, status and version.",
-        annotations=ToolAnnotations(readOnlyHint=True, idempotentHint=True, openWorldHint=False),
+        annotations=ToolAnnotations(read_only_hint=True, idempotent_hint=True, open_world_hint=False),
     )
     @tool_errors
     async def cart_view(cart_id: CartId) -> CartOut:
@@ -92,7 +92,7 @@ def register_cart_tools(mcp: MCPServer, database: Database) -> None:
     @mcp.tool(
         name="cart_list",
         description="List your carts, newest first, with line and item counts and totals.",
-        annotations=ToolAnnotations(readOnlyHint=True, idempotentHint=True, openWorldHint=False),
+        annotations=ToolAnnotations(read_only_hint=True, idempotent_hint=True, open_world_hint=False),
     )
     @tool_errors
     async def cart_list() -> CartListOut:
@@ -104,7 +104,7 @@ def register_cart_tools(mcp: MCPServer, database: Database) -> None:
     @mcp.tool(
         name="cart_delete",
         description="Delete a cart and its lines.",
-        annotations=ToolAnnotations(readOnlyHint=False, destructiveHint=True, idempotentHint=False),
+        annotations=ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_hint=False),
     )
     @tool_errors
     async def cart_delete(cart_id: CartId) -> CartDeleted:

@@ -1,8 +1,4 @@
-"""Table definitions. Migrations are written by hand; a test proves they match these models.
-
-Every table that holds user data carries the owning principal (issuer, subject),
-so every query can be scoped to it and the data could later be distributed by principal.
-"""
+"""Catalog and cart tables."""
 
 from datetime import datetime
 
@@ -13,26 +9,13 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
-    MetaData,
     String,
     Text,
     func,
 )
-from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.orm import Mapped, mapped_column
 
-NAMING_CONVENTION = {
-    "ix": "ix_%(column_0_label)s",
-    "uq": "uq_%(table_name)s_%(column_0_name)s",
-    "ck": "ck_%(table_name)s_%(constraint_name)s",
-    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
-    "pk": "pk_%(table_name)s",
-}
-
-
-class Base(DeclarativeBase):
-    """Declarative base with a naming convention, so constraint names are stable and predictable."""
-
-    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+from store.models.base import Base
 
 
 class Product(Base):

@@ -1,0 +1,12 @@
+"""Table definitions, one module per aggregate. Migrations are written by hand; a test proves they
+match these models.
+
+Every table that holds user data carries the owning principal (issuer, subject), so every query can
+be scoped to it and the data could later be distributed by principal. Importing this package
+registers every table on ``Base.metadata``.
+"""
+
+from store.models.base import Base, table_of
+from store.models.carts import Cart, CartItem, Product
+
+__all__ = ["Base", "Cart", "CartItem", "Product", "table_of"]

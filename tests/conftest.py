@@ -1,0 +1,152 @@
+"""Shared fixtures: a fresh PostgreSQL database built by the migrations, the dev IdP, a running server.
+
+The database comes from ``TEST_DATABASE_URL`` (default: the local server on 127.0.0.1:5432). Each
+run creates its own database, migrates it with ``alembic upgrade head`` and drops it at the end.
+"""
+
+import asyncio
+import os
+import secrets
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from typing import Any
+
+import asyncpg
+import httpx2
+import pytest
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+from sqlalchemy.engine import make_url
+
+from store.db import Database
+from store.demo import seed_demo_catalog
+from store.principal import Principal
+from store.schema import upgrade
+from tests.support.devidp import DevIdP, start_devidp
+from tests.support.server import RunningServer, run_server
+from tests.support.waiting import free_port
+
+DEFAULT_TEST_DATABASE_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
+
+
+def _asyncpg_dsn(url: str) -> str:
+    return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+
+
+async def _create_database(admin_url: str, name: str) -> None:
+    conn = await asyncpg.connect(_asyncpg_dsn(admin_url))
+    try:
+        await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        await conn.execute(f'CREATE DATABASE "{name}"')
+    finally:
+        await conn.close()
+
+
+async def _drop_database(admin_url: str, name: str) -> None:
+    conn = await asyncpg.connect(_asyncpg_dsn(admin_url))
+    try:
+        await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    finally:
+        await conn.close()
+
+
+@pytest.fixture(scope="session")
+def admin_database_url() -> str:
+    """A URL for a database where the tests may create and drop databases."""
+    return os.environ.get("TEST_DATABASE_URL", DEFAULT_TEST_DATABASE_URL)
+
+
+@pytest.fixture(scope="session")
+def database_url(admin_database_url: str) -> Iterator[str]:
+    """A new database for this run, migrated to head and seeded with the demo catalog."""
+    name = f"coatcheck_test_{uuid.uuid4().hex[:10]}"
+    asyncio.run(_create_database(admin_database_url, name))
+    url = make_url(admin_database_url).set(database=name).render_as_string(hide_password=False)
+    upgrade(url)
+
+    async def seed() -> None:
+        db = Database.connect(url)
+        try:
+            await seed_demo_catalog(db)
+        finally:
+            await db.dispose()
+
+    asyncio.run(seed())
+    yield url
+    asyncio.run(_drop_database(admin_database_url, name))
+
+
+@pytest.fixture(scope="session")
+async def database(database_url: str) -> AsyncIterator[Database]:
+    """The store's database handle on the test database (commits are real)."""
+    db = Database.connect(database_url)
+    yield db
+    await db.dispose()
+
+
+@pytest.fixture
+def new_principal() -> Callable[[], Principal]:
+    """Make a fresh principal, so tests never see each other's rows."""
+
+    def make() -> Principal:
+        return Principal(issuer="https://issuer.test", subject=f"user-{uuid.uuid4().hex[:12]}")
+
+    return make
+
+
+@pytest.fixture(scope="session")
+def server_port() -> int:
+    return free_port()
+
+
+@pytest.fixture(scope="session")
+def public_url(server_port: int) -> str:
+    return f"http://127.0.0.1:{server_port}"
+
+
+@pytest.fixture(scope="session")
+def request_state_keys() -> str:
+    return ",".join(secrets.token_urlsafe(32) for _ in range(2))
+
+
+@pytest.fixture(scope="session")
+def devidp(public_url: str) -> Iterator[DevIdP]:
+    """The development identity provider, as a real Node process."""
+    with start_devidp(port=free_port(), resources=[f"{public_url}/mcp"]) as idp:
+        yield idp
+
+
+@pytest.fixture(scope="session")
+def server_env(database_url: str, devidp: DevIdP, public_url: str, request_state_keys: str) -> dict[str, str]:
+    """The environment a production server runs with in these tests (only the required settings)."""
+    return {
+        "DATABASE_URL": database_url,
+        "PUBLIC_URL": public_url,
+        "OIDC_ISSUER": devidp.issuer,
+        "REQUEST_STATE_KEYS": request_state_keys,
+    }
+
+
+@pytest.fixture(scope="session")
+def server(server_env: dict[str, str], server_port: int) -> Iterator[RunningServer]:
+    """``coatcheck serve`` running against the test database and the dev IdP."""
+    with run_server(server_env, port=server_port) as running:
+        yield running
+
+
+McpClientFactory = Callable[..., AbstractAsyncContextManager[Client]]
+
+
+@pytest.fixture
+def mcp_client(server: RunningServer, devidp: DevIdP) -> McpClientFactory:
+    """Open an official SDK client to the running server as ``username`` (a fresh user by default)."""
+
+    @asynccontextmanager
+    async def connect(username: str | None = None, **client_options: Any) -> AsyncIterator[Client]:
+        token = await devidp.token(username or f"user-{uuid.uuid4().hex[:8]}", resource=server.mcp_url)
+        http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=httpx2.Timeout(30.0))
+        async with http, Client(streamable_http_client(server.mcp_url, http_client=http), **client_options) as client:
+            yield client
+
+    return connect

@@ -1,0 +1,210 @@
+"""Run the development identity provider (``devidp/server.mjs``) as a real Node process for tests.
+
+``start_devidp`` starts it on a port, waits until its discovery document answers and stops it afterwards.
+The returned ``DevIdP`` mints access tokens through ``POST /dev/token``, reads the request counters and
+injects token-endpoint faults.
+"""
+
+import contextlib
+import fcntl
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx2
+
+DEVIDP_DIR = Path(__file__).resolve().parents[2] / "devidp"
+SERVER_SCRIPT = DEVIDP_DIR / "server.mjs"
+STARTUP_TIMEOUT = 30.0
+STOP_TIMEOUT = 10.0
+NPM_INSTALL_TIMEOUT = 300.0
+
+
+class DevIdPError(RuntimeError):
+    """The dev IdP could not be installed or started, or refused a request."""
+
+
+def ensure_devidp_installed() -> None:
+    """Run ``npm install`` in ``devidp/`` unless its dependencies are already there (a clean clone has none)."""
+    marker = DEVIDP_DIR / "node_modules" / "oidc-provider" / "package.json"
+    if marker.exists():
+        return
+    npm = shutil.which("npm")
+    if npm is None:
+        raise DevIdPError("npm is not on PATH; the dev IdP needs Node.js 20+ and npm")
+    # Several test processes may start at once: let one install while the others wait.
+    lock_path = Path(tempfile.gettempdir()) / "coatcheck-devidp-npm-install.lock"
+    with lock_path.open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if marker.exists():
+            return
+        result = subprocess.run(
+            [npm, "install", "--no-audit", "--no-fund"],
+            cwd=DEVIDP_DIR,
+            capture_output=True,
+            text=True,
+            timeout=NPM_INSTALL_TIMEOUT,
+            check=False,
+        )
+        if result.returncode != 0 or not marker.exists():
+            raise DevIdPError(
+                f"npm install in {DEVIDP_DIR} failed with exit code {result.returncode}\n"
+                f"--- stdout ---\n{result.stdout}\n--- stderr ---\n{result.stderr}"
+            )
+
+
+def _raise_for_dev_endpoint(response: httpx2.Response) -> None:
+    if response.status_code != 200:
+        raise DevIdPError(
+            f"{response.request.method} {response.request.url.path} -> {response.status_code}: {response.text}"
+        )
+
+
+@dataclass(frozen=True)
+class DevIdP:
+    """A running dev IdP: its issuer, the resources it serves and its captured output."""
+
+    issuer: str
+    resources: tuple[str, ...]
+    log_path: Path
+    process: subprocess.Popen[bytes]
+
+    def log_text(self) -> str:
+        """Everything the process printed so far (stdout and stderr)."""
+        return self.log_path.read_text(errors="replace")
+
+    async def _request(self, method: str, path: str, body: Mapping[str, object] | None = None) -> httpx2.Response:
+        async with httpx2.AsyncClient(timeout=httpx2.Timeout(10.0)) as http:
+            return await http.request(method, f"{self.issuer}{path}", json=body)
+
+    async def token(
+        self,
+        username: str,
+        *,
+        resource: str,
+        scope: str = "openid",
+        alg: str = "RS256",
+        expires_in: int | None = None,
+        audience: str | None = None,
+        not_before_in: int | None = None,
+        client_id: str | None = None,
+    ) -> str:
+        """A signed JWT access token for ``username`` (``sub``) and ``resource`` (``aud``), as the token endpoint issues.
+
+        ``expires_in`` may be negative (already expired). ``audience`` replaces ``aud`` with any value, for
+        tokens meant for someone else. ``not_before_in`` sets ``nbf`` that many seconds from now.
+        """
+        body: dict[str, object] = {"username": username, "resource": resource, "scope": scope, "alg": alg}
+        if expires_in is not None:
+            body["expires_in"] = expires_in
+        if audience is not None:
+            body["audience"] = audience
+        if not_before_in is not None:
+            body["not_before_in"] = not_before_in
+        if client_id is not None:
+            body["client_id"] = client_id
+        response = await self._request("POST", "/dev/token", body)
+        _raise_for_dev_endpoint(response)
+        token = response.json()["access_token"]
+        assert isinstance(token, str)
+        return token
+
+    async def stats(self) -> dict[str, int]:
+        """Requests that reached the provider: ``token_requests``, ``refresh_requests``, ``revocations``, ..."""
+        response = await self._request("GET", "/dev/stats")
+        _raise_for_dev_endpoint(response)
+        data = response.json()
+        assert isinstance(data, dict)
+        return {str(key): int(value) for key, value in data.items()}
+
+    async def reset_stats(self) -> None:
+        """Set every counter back to zero."""
+        _raise_for_dev_endpoint(await self._request("DELETE", "/dev/stats"))
+
+    async def set_fault(self, token_endpoint: str) -> None:
+        """``"error"``: the token endpoint answers ``invalid_grant`` to code and refresh grants; ``"ok"``: normal.
+
+        ``"unavailable"`` answers 503 ``temporarily_unavailable`` instead.
+        """
+        _raise_for_dev_endpoint(await self._request("POST", "/dev/faults", {"token_endpoint": token_endpoint}))
+
+
+def _discovery_answers(issuer: str, process: subprocess.Popen[bytes]) -> bool:
+    if process.poll() is not None:
+        raise DevIdPError(f"the dev IdP exited with code {process.returncode} before it answered")
+    try:
+        response = httpx2.get(f"{issuer}/.well-known/openid-configuration", timeout=1.0)
+    except httpx2.HTTPError:
+        return False
+    return response.status_code == 200
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    if process.poll() is not None:
+        return
+    process.terminate()
+    try:
+        process.wait(timeout=STOP_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
+@contextlib.contextmanager
+def start_devidp(
+    *,
+    port: int,
+    resources: Sequence[str],
+    clients: list[dict[str, object]] | None = None,
+    env: Mapping[str, str] | None = None,
+) -> Iterator[DevIdP]:
+    """Start ``node devidp/server.mjs`` on ``127.0.0.1:port`` and stop it when the block ends.
+
+    ``resources`` become ``DEVIDP_RESOURCES`` (the first is the default resource), ``clients`` the static
+    clients in ``DEVIDP_CLIENTS``; ``env`` adds or overrides any other ``DEVIDP_*`` variable.
+    Raises ``DevIdPError`` with the process's output if it exits or does not answer in time.
+    """
+    ensure_devidp_installed()
+    node = shutil.which("node")
+    if node is None:
+        raise DevIdPError("node is not on PATH; the dev IdP needs Node.js 20+")
+    issuer = f"http://127.0.0.1:{port}"
+    inherited = {key: value for key, value in os.environ.items() if not key.startswith("DEVIDP_")}
+    full_env = {
+        **inherited,
+        "DEVIDP_ISSUER": issuer,
+        "DEVIDP_HOST": "127.0.0.1",
+        "DEVIDP_RESOURCES": ",".join(resources),
+        **({"DEVIDP_CLIENTS": json.dumps(clients)} if clients else {}),
+        **(env or {}),
+    }
+    log = tempfile.NamedTemporaryFile(prefix="coatcheck-devidp-", suffix=".log", delete=False)  # noqa: SIM115
+    process = subprocess.Popen(
+        [node, str(SERVER_SCRIPT)],
+        env=full_env,
+        stdin=subprocess.DEVNULL,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        cwd=DEVIDP_DIR,
+    )
+    idp = DevIdP(issuer=issuer, resources=tuple(resources), log_path=Path(log.name), process=process)
+    try:
+        deadline = time.monotonic() + STARTUP_TIMEOUT
+        try:
+            while not _discovery_answers(issuer, process):
+                if time.monotonic() > deadline:
+                    raise DevIdPError(f"the dev IdP did not answer at {issuer} within {STARTUP_TIMEOUT}s")
+                time.sleep(0.05)
+        except DevIdPError as exc:
+            _stop(process)
+            raise DevIdPError(f"{exc}\n--- devidp output ---\n{idp.log_text()}") from None
+        yield idp
+    finally:
+        _stop(process)
+        log.close()

@@ -1,0 +1,72 @@
+"""Run ``coatcheck serve`` as a real process on a free port, the way an operator would."""
+
+import contextlib
+import os
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+from tests.support.waiting import free_port, wait_until
+
+
+@dataclass(frozen=True)
+class RunningServer:
+    """A started server: its base URL, MCP endpoint and captured log file."""
+
+    base_url: str
+    log_path: Path
+    process: subprocess.Popen[bytes]
+
+    @property
+    def mcp_url(self) -> str:
+        return f"{self.base_url}/mcp"
+
+    def log_text(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+
+def _healthy(url: str, process: subprocess.Popen[bytes]) -> bool:
+    if process.poll() is not None:
+        raise RuntimeError(f"coatcheck serve exited with {process.returncode} before becoming healthy")
+    try:
+        return httpx.get(f"{url}/healthz", timeout=1.0).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+@contextlib.contextmanager
+def run_server(
+    env: Mapping[str, str], *, port: int | None = None, public_url: str | None = None
+) -> Iterator[RunningServer]:
+    """Start ``coatcheck serve`` with ``env`` (plus PUBLIC_URL for the chosen port) and stop it afterwards."""
+    port = port or free_port()
+    base_url = f"http://127.0.0.1:{port}"
+    full_env = {**os.environ, **env, "PUBLIC_URL": public_url or env.get("PUBLIC_URL", base_url)}
+    log = tempfile.NamedTemporaryFile(prefix="coatcheck-serve-", suffix=".log", delete=False)  # noqa: SIM115
+    process = subprocess.Popen(
+        [sys.executable, "-m", "api.cli", "serve", "--host", "127.0.0.1", "--port", str(port)],
+        env=full_env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        cwd=Path(__file__).resolve().parents[2],
+    )
+    server = RunningServer(base_url=base_url, log_path=Path(log.name), process=process)
+    try:
+        try:
+            wait_until(lambda: _healthy(base_url, process), timeout=30, what=f"coatcheck on port {port}")
+        except (RuntimeError, TimeoutError) as exc:
+            raise RuntimeError(f"{exc}\n--- server log ---\n{server.log_text()}") from None
+        yield server
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        log.close()

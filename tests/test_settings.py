@@ -1,0 +1,109 @@
+"""Start-up configuration: required settings, weak secrets, and the error text an operator sees."""
+
+import os
+import secrets
+import subprocess
+import sys
+
+import pytest
+
+from api.settings import Settings, SettingsError
+
+GOOD_KEY = secrets.token_urlsafe(32)
+REQUIRED = {
+    "DATABASE_URL": "postgresql://u@db:5432/coatcheck",
+    "PUBLIC_URL": "http://localhost:8000/",
+    "OIDC_ISSUER": "http://localhost:9400",
+    "REQUEST_STATE_KEYS": GOOD_KEY,
+}
+
+
+@pytest.fixture
+def env(monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    for name in list(os.environ):
+        if name in REQUIRED or name in {"ALLOWED_HOSTS", "ALLOWED_ORIGINS"}:
+            monkeypatch.delenv(name)
+    for name, value in REQUIRED.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.chdir(os.path.dirname(__file__))  # no stray .env file
+    return dict(REQUIRED)
+
+
+def test_the_four_required_settings_are_enough_and_urls_are_normalised(env: dict[str, str]) -> None:
+    settings = Settings.from_env()
+    assert settings.database_url == "postgresql+asyncpg://u@db:5432/coatcheck"
+    assert settings.public_url == "http://localhost:8000"
+    assert settings.mcp_resource_url == "http://localhost:8000/mcp"
+    assert settings.state_key_ring == [GOOD_KEY.encode()]
+    assert settings.request_state_ttl_seconds == 600
+
+
+def test_comma_separated_lists_are_split(env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ALLOWED_HOSTS", "mcp.example.com, proxy.internal:8443")
+    monkeypatch.setenv("REQUEST_STATE_KEYS", f"{GOOD_KEY},{secrets.token_urlsafe(40)}")
+    settings = Settings.from_env()
+    assert settings.allowed_hosts == ["mcp.example.com", "proxy.internal:8443"]
+    assert len(settings.state_key_ring) == 2
+
+
+@pytest.mark.parametrize("missing", sorted(REQUIRED))
+def test_a_missing_required_setting_is_named(
+    env: dict[str, str], monkeypatch: pytest.MonkeyPatch, missing: str
+) -> None:
+    monkeypatch.delenv(missing)
+    with pytest.raises(SettingsError, match=f"{missing} is not set"):
+        Settings.from_env()
+
+
+@pytest.mark.parametrize(
+    ("keys", "complaint"),
+    [
+        ("too-short-but-random-x7Qz", "key #1 is shorter than 32 bytes"),
+        ("a" * 40, "key #1 looks like a placeholder"),
+        ("change-me-change-me-change-me-change-me", "key #1 looks like a placeholder"),
+        (f"{GOOD_KEY},short", "key #2 is shorter than 32 bytes"),
+        (f"{GOOD_KEY},{GOOD_KEY}", "lists the same key twice"),
+        (" , ", "is empty"),
+    ],
+)
+def test_a_weak_request_state_key_stops_start_up_without_echoing_it(
+    env: dict[str, str], monkeypatch: pytest.MonkeyPatch, keys: str, complaint: str
+) -> None:
+    monkeypatch.setenv("REQUEST_STATE_KEYS", keys)
+    with pytest.raises(SettingsError) as caught:
+        Settings.from_env()
+    message = str(caught.value)
+    assert "REQUEST_STATE_KEYS" in message
+    assert complaint in message
+    for key in keys.split(","):
+        if len(key.strip()) > 8:
+            assert key.strip() not in message
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("DATABASE_URL", "mysql://u@db/coatcheck"),
+        ("PUBLIC_URL", "localhost:8000"),
+        ("PUBLIC_URL", "https://example.com/?x=1"),
+        ("OIDC_ISSUER", "not a url"),
+    ],
+)
+def test_a_malformed_url_is_named(env: dict[str, str], monkeypatch: pytest.MonkeyPatch, name: str, value: str) -> None:
+    monkeypatch.setenv(name, value)
+    with pytest.raises(SettingsError, match=name):
+        Settings.from_env()
+
+
+def test_serve_exits_with_a_message_naming_the_variable_when_a_secret_is_missing(env: dict[str, str]) -> None:
+    child_env = {k: v for k, v in os.environ.items() if k != "REQUEST_STATE_KEYS"}
+    result = subprocess.run(
+        [sys.executable, "-m", "api.cli", "serve", "--port", "1"],
+        env=child_env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 2
+    assert "REQUEST_STATE_KEYS is not set" in result.stderr

@@ -72,7 +72,9 @@ def create_app(
     verifier = JwtVerifier(
         issuer=settings.oidc_issuer,
         resource=settings.mcp_resource_url,
-        jwks=JwksCache(settings.oidc_issuer, http, ttl=settings.jwks_cache_seconds),
+        jwks=JwksCache(
+            settings.oidc_issuer, http, ttl=settings.jwks_cache_seconds, internal_url=settings.oidc_issuer_internal_url
+        ),
         leeway=settings.jwt_leeway_seconds,
     )
     mcp = build_mcp_server(settings, db, verifier)

@@ -36,8 +36,9 @@ def canonical_resource(url: str) -> str:
 class JwksCache:
     """The issuer's signing keys, discovered through its metadata and cached in memory."""
 
-    def __init__(self, issuer: str, http: httpx2.AsyncClient, ttl: float) -> None:
+    def __init__(self, issuer: str, http: httpx2.AsyncClient, ttl: float, internal_url: str | None = None) -> None:
         self._issuer = issuer
+        self._fetch_base = internal_url or issuer
         self._http = http
         self._ttl = ttl
         self._keys: dict[str, jwt.PyJWK] = {}
@@ -59,7 +60,7 @@ class JwksCache:
             try:
                 if self._jwks_uri is None:
                     self._jwks_uri = await self._discover_jwks_uri()
-                response = await self._http.get(self._jwks_uri)
+                response = await self._http.get(self._internal(self._jwks_uri))
                 response.raise_for_status()
                 keys: dict[str, jwt.PyJWK] = {}
                 for jwk in response.json().get("keys", []):
@@ -76,9 +77,13 @@ class JwksCache:
                 # Even a failed fetch counts, so a flood of bad kids cannot hammer the issuer.
                 self._fetched_at = time.monotonic()
 
+    def _internal(self, url: str) -> str:
+        # Metadata names public URLs; a container may have to reach them under another base.
+        return self._fetch_base + url[len(self._issuer) :] if url.startswith(self._issuer) else url
+
     async def _discover_jwks_uri(self) -> str:
         for suffix in ("/.well-known/openid-configuration", "/.well-known/oauth-authorization-server"):
-            response = await self._http.get(self._issuer + suffix)
+            response = await self._http.get(self._fetch_base + suffix)
             if response.status_code == 200:
                 metadata = response.json()
                 if metadata.get("issuer") != self._issuer:

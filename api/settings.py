@@ -69,6 +69,11 @@ class Settings(BaseSettings):
     oidc_issuer: str = Field(description="Authorization server that issues MCP access tokens.")
     request_state_keys: SecretStr = Field(description="Comma-separated secrets (>= 32 bytes); first seals.")
 
+    oidc_issuer_internal_url: str | None = Field(
+        default=None,
+        description="Fetch the issuer's metadata and keys through this base URL instead of OIDC_ISSUER "
+        "(for containers that cannot reach the public issuer URL); tokens must still name OIDC_ISSUER.",
+    )
     request_state_ttl_seconds: int = Field(default=600, gt=0, le=86400)
     allowed_hosts: Annotated[list[str], NoDecode] = Field(default_factory=list)
     allowed_origins: Annotated[list[str], NoDecode] = Field(default_factory=list)
@@ -104,6 +109,11 @@ class Settings(BaseSettings):
         # Issuers compare as exact strings (RFC 8414); keep what the operator wrote minus a trailing slash.
         _normalise_base_url("OIDC_ISSUER", value)
         return value.rstrip("/")
+
+    @field_validator("oidc_issuer_internal_url")
+    @classmethod
+    def _issuer_internal(cls, value: str | None) -> str | None:
+        return None if not value else _normalise_base_url("OIDC_ISSUER_INTERNAL_URL", value)
 
     @field_validator("request_state_keys")
     @classmethod

@@ -370,6 +370,14 @@ const configuration = {
     email: ['email', 'email_verified'],
   },
   scopes: SUPPORTED_SCOPES,
+  // RFC 7591 says grant_types defaults to authorization_code only; a dev IdP
+  // lets clients that omit it refresh too.
+  clientDefaults: {
+    grant_types: ['authorization_code', 'refresh_token'],
+    id_token_signed_response_alg: 'RS256',
+    response_types: ['code'],
+    token_endpoint_auth_method: 'client_secret_basic',
+  },
   responseTypes: ['code'],
   cookies: {
     keys: [crypto.randomBytes(32).toString('base64url')],

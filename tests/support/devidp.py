@@ -95,7 +95,7 @@ class DevIdP:
         not_before_in: int | None = None,
         client_id: str | None = None,
     ) -> str:
-        """A signed JWT access token for ``username`` (``sub``) and ``resource`` (``aud``), as the token endpoint issues.
+        """A JWT access token for ``username`` (``sub``) and ``resource`` (``aud``), like the token endpoint's.
 
         ``expires_in`` may be negative (already expired). ``audience`` replaces ``aud`` with any value, for
         tokens meant for someone else. ``not_before_in`` sets ``nbf`` that many seconds from now.

@@ -1,0 +1,676 @@
+"""The development identity provider behaves like the OAuth 2.1 / OIDC provider an MCP client expects.
+
+Everything runs over plain HTTP against a real ``node devidp/server.mjs`` process; the browser is an HTTP
+client that fills the login form. Nothing listens on the redirect URIs: the tests read the ``Location``
+header that would reach them.
+"""
+
+import base64
+import hashlib
+import re
+import secrets
+import socket
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import parse_qs, urljoin, urlsplit
+
+import httpx2
+import jwt
+import pytest
+
+from tests.support.devidp import DevIdP, DevIdPError, start_devidp
+
+RESOURCE = "http://localhost:8123/mcp"
+OTHER_RESOURCE = "http://localhost:8124/other"
+CONFIDENTIAL_ID = "demo-upstream"
+CONFIDENTIAL_SECRET = "demo-upstream-secret-not-for-production"
+CONFIDENTIAL_REDIRECT = "http://127.0.0.1:8123/oauth/callback"
+CONFIDENTIAL_CLIENT: dict[str, object] = {
+    "client_id": CONFIDENTIAL_ID,
+    "client_secret": CONFIDENTIAL_SECRET,
+    "redirect_uris": [CONFIDENTIAL_REDIRECT],
+    "grant_types": ["authorization_code", "refresh_token"],
+    "response_types": ["code"],
+    "scope": "openid profile email offline_access",
+    "token_endpoint_auth_method": "client_secret_basic",
+}
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+LOGIN_FORM = re.compile(r'<form method="post" action="(?P<action>[^"]+)">')
+
+
+@pytest.fixture(scope="module")
+def idp() -> Iterator[DevIdP]:
+    with start_devidp(port=free_port(), resources=[RESOURCE, OTHER_RESOURCE], clients=[CONFIDENTIAL_CLIENT]) as running:
+        yield running
+
+
+@pytest.fixture
+def browser() -> Iterator[httpx2.Client]:
+    """A cookie-keeping HTTP client that does not follow redirects on its own."""
+    with httpx2.Client(follow_redirects=False, timeout=10.0) as client:
+        yield client
+
+
+@dataclass(frozen=True)
+class Pkce:
+    verifier: str
+    challenge: str
+
+    @classmethod
+    def new(cls) -> "Pkce":
+        verifier = secrets.token_urlsafe(48)
+        digest = hashlib.sha256(verifier.encode("ascii")).digest()
+        return cls(verifier, base64.urlsafe_b64encode(digest).rstrip(b"=").decode("ascii"))
+
+
+def register_public_client(idp: DevIdP, *redirect_uris: str, scope: str | None = None) -> dict[str, Any]:
+    """Dynamic client registration the way Claude Code does it: a public client with loopback redirects."""
+    metadata: dict[str, Any] = {
+        "client_name": "Test MCP client",
+        "redirect_uris": list(redirect_uris),
+        "grant_types": ["authorization_code", "refresh_token"],
+        "response_types": ["code"],
+        "token_endpoint_auth_method": "none",
+    }
+    if scope is not None:
+        metadata["scope"] = scope
+    response = httpx2.post(f"{idp.issuer}/reg", json=metadata, timeout=10.0)
+    assert response.status_code == 201, response.text
+    client = response.json()
+    assert isinstance(client, dict)
+    return client
+
+
+def sign_in(
+    idp: DevIdP,
+    browser: httpx2.Client,
+    *,
+    client_id: str,
+    redirect_uri: str,
+    username: str,
+    scope: str,
+    pkce: Pkce,
+    resource: str | None = RESOURCE,
+    extra: dict[str, str] | None = None,
+) -> dict[str, str]:
+    """Walk authorize -> login form -> redirect URI; return the parameters the redirect URI would receive."""
+    state = secrets.token_urlsafe(16)
+    params = {
+        "response_type": "code",
+        "client_id": client_id,
+        "redirect_uri": redirect_uri,
+        "scope": scope,
+        "state": state,
+        "code_challenge": pkce.challenge,
+        "code_challenge_method": "S256",
+    }
+    if resource is not None:
+        params["resource"] = resource
+    params.update(extra or {})
+    response = browser.get(f"{idp.issuer}/auth", params=params)
+    assert response.status_code == 303, response.text
+    login_page = browser.get(urljoin(idp.issuer, response.headers["location"]))
+    assert login_page.status_code == 200, login_page.text
+    assert "Development identity provider — not for production" in login_page.text
+    form = LOGIN_FORM.search(login_page.text)
+    assert form is not None, login_page.text
+    response = browser.post(urljoin(idp.issuer, form["action"]), data={"username": username})
+    for _ in range(5):
+        assert response.status_code in (302, 303), response.text
+        location = urljoin(idp.issuer, response.headers["location"])
+        if location.startswith(redirect_uri):
+            break
+        response = browser.get(location)
+    else:
+        pytest.fail("the provider never redirected back to the client")
+    assert urlsplit(location)._replace(query="").geturl() == redirect_uri
+    returned = {key: values[0] for key, values in parse_qs(urlsplit(location).query).items()}
+    assert returned["state"] == state
+    assert returned["iss"] == idp.issuer  # RFC 9207
+    return returned
+
+
+def token_request(idp: DevIdP, data: dict[str, str], auth: tuple[str, str] | None = None) -> httpx2.Response:
+    return httpx2.post(f"{idp.issuer}/token", data=data, auth=auth, timeout=10.0)
+
+
+def jwks(idp: DevIdP) -> jwt.PyJWKSet:
+    response = httpx2.get(f"{idp.issuer}/jwks", timeout=10.0)
+    assert response.status_code == 200
+    return jwt.PyJWKSet.from_dict(response.json())
+
+
+def verify(idp: DevIdP, token: str, *, audience: str) -> dict[str, Any]:
+    """Verify a JWT access token the way a resource server does: signature by kid, iss, aud, exp."""
+    header = jwt.get_unverified_header(token)
+    key = next(k for k in jwks(idp).keys if k.key_id == header["kid"])
+    claims = jwt.decode(
+        token,
+        key=key.key,
+        algorithms=[header["alg"]],
+        audience=audience,
+        issuer=idp.issuer,
+        options={"require": ["iss", "aud", "sub", "exp", "iat"]},
+    )
+    assert isinstance(claims, dict)
+    return claims
+
+
+def unique_user() -> str:
+    return f"dev-{uuid.uuid4().hex[:8]}"
+
+
+def test_both_discovery_documents_list_the_endpoints_an_mcp_client_needs(idp: DevIdP) -> None:
+    documents = [
+        httpx2.get(f"{idp.issuer}{path}", timeout=10.0)
+        for path in ("/.well-known/openid-configuration", "/.well-known/oauth-authorization-server")
+    ]
+    for response in documents:
+        assert response.status_code == 200
+        metadata = response.json()
+        assert metadata["issuer"] == idp.issuer
+        for endpoint, path in {
+            "authorization_endpoint": "/auth",
+            "token_endpoint": "/token",
+            "registration_endpoint": "/reg",
+            "revocation_endpoint": "/token/revocation",
+            "userinfo_endpoint": "/me",
+            "jwks_uri": "/jwks",
+        }.items():
+            assert metadata[endpoint] == f"{idp.issuer}{path}"
+        assert metadata["code_challenge_methods_supported"] == ["S256"]
+        assert metadata["response_types_supported"] == ["code"]
+        assert "none" in metadata["token_endpoint_auth_methods_supported"]
+        assert {"authorization_code", "refresh_token"} <= set(metadata["grant_types_supported"])
+        assert metadata["authorization_response_iss_parameter_supported"] is True
+    assert documents[0].json() == documents[1].json()
+
+
+def test_jwks_publishes_an_rs256_and_an_es256_key_with_distinct_kids(idp: DevIdP) -> None:
+    keys = httpx2.get(f"{idp.issuer}/jwks", timeout=10.0).json()["keys"]
+    by_alg = {key["alg"]: key for key in keys}
+    assert by_alg["RS256"]["kty"] == "RSA"
+    assert by_alg["ES256"]["kty"] == "EC"
+    assert by_alg["ES256"]["crv"] == "P-256"
+    assert by_alg["RS256"]["kid"] != by_alg["ES256"]["kid"]
+    assert all("d" not in key for key in keys)
+
+
+@pytest.mark.parametrize("alg", ["RS256", "ES256"])
+async def test_minted_token_verifies_against_published_jwks(idp: DevIdP, alg: str) -> None:
+    token = await idp.token("alice", resource=RESOURCE, scope="openid mcp:tools", alg=alg)
+
+    header = jwt.get_unverified_header(token)
+    claims = verify(idp, token, audience=RESOURCE)
+
+    assert header["alg"] == alg
+    assert header["typ"] == "at+jwt"
+    assert claims["sub"] == "alice"
+    assert claims["aud"] == RESOURCE
+    assert claims["iss"] == idp.issuer
+    assert claims["scope"] == "openid mcp:tools"
+    assert claims["client_id"]
+    assert claims["exp"] > claims["iat"]
+
+
+async def test_minted_token_with_negative_lifetime_is_already_expired(idp: DevIdP) -> None:
+    token = await idp.token("alice", resource=RESOURCE, expires_in=-60)
+
+    with pytest.raises(jwt.ExpiredSignatureError):
+        verify(idp, token, audience=RESOURCE)
+
+
+async def test_minted_token_with_future_not_before_is_not_yet_valid(idp: DevIdP) -> None:
+    token = await idp.token("alice", resource=RESOURCE, not_before_in=600)
+
+    with pytest.raises(jwt.ImmatureSignatureError):
+        verify(idp, token, audience=RESOURCE)
+
+
+async def test_minting_refuses_unlisted_resources_but_audience_override_mints_foreign_tokens(idp: DevIdP) -> None:
+    with pytest.raises(DevIdPError, match="invalid_target"):
+        await idp.token("alice", resource="http://localhost:9999/not-listed")
+
+    token = await idp.token("alice", resource=RESOURCE, audience="https://somewhere-else.example/api")
+
+    assert verify(idp, token, audience="https://somewhere-else.example/api")["sub"] == "alice"
+    with pytest.raises(jwt.InvalidAudienceError):
+        verify(idp, token, audience=RESOURCE)
+
+
+def test_public_client_registered_dynamically_gets_resource_jwt_and_refresh_token_via_pkce(
+    idp: DevIdP, browser: httpx2.Client
+) -> None:
+    redirect_uri = "http://localhost:34567/callback"
+    client = register_public_client(
+        idp, redirect_uri, "http://127.0.0.1:34567/callback", scope="mcp:tools offline_access"
+    )
+    assert client["token_endpoint_auth_method"] == "none"
+    assert "client_secret" not in client
+    pkce = Pkce.new()
+    username = unique_user()
+
+    returned = sign_in(
+        idp,
+        browser,
+        client_id=client["client_id"],
+        redirect_uri=redirect_uri,
+        username=username,
+        scope="mcp:tools offline_access",
+        pkce=pkce,
+    )
+    response = token_request(
+        idp,
+        {
+            "grant_type": "authorization_code",
+            "code": returned["code"],
+            "redirect_uri": redirect_uri,
+            "client_id": client["client_id"],
+            "code_verifier": pkce.verifier,
+            "resource": RESOURCE,
+        },
+    )
+
+    assert response.status_code == 200, response.text
+    tokens = response.json()
+    assert tokens["token_type"].lower() == "bearer"
+    assert tokens["refresh_token"]
+    claims = verify(idp, tokens["access_token"], audience=RESOURCE)
+    assert claims["sub"] == username
+    assert claims["client_id"] == client["client_id"]
+    # oidc-provider drops offline_access unless prompt=consent (OIDC Core); the refresh token comes anyway.
+    assert claims["scope"] == "mcp:tools"
+
+    refreshed = token_request(
+        idp,
+        {
+            "grant_type": "refresh_token",
+            "refresh_token": tokens["refresh_token"],
+            "client_id": client["client_id"],
+            "resource": RESOURCE,
+        },
+    )
+
+    assert refreshed.status_code == 200, refreshed.text
+    new_tokens = refreshed.json()
+    assert new_tokens["refresh_token"] != tokens["refresh_token"]  # public clients rotate
+    assert verify(idp, new_tokens["access_token"], audience=RESOURCE)["sub"] == username
+
+
+def test_sdk_style_offline_access_with_prompt_consent_is_granted_without_a_consent_screen(
+    idp: DevIdP, browser: httpx2.Client
+) -> None:
+    # The MCP Python SDK adds prompt=consent when the client metadata scope has offline_access.
+    redirect_uri = "http://127.0.0.1:40000/callback"
+    client = register_public_client(idp, redirect_uri, scope="mcp:tools offline_access")
+    pkce = Pkce.new()
+    username = unique_user()
+    returned = sign_in(
+        idp,
+        browser,
+        client_id=client["client_id"],
+        redirect_uri=redirect_uri,
+        username=username,
+        scope="mcp:tools offline_access",
+        pkce=pkce,
+        extra={"prompt": "consent"},
+    )
+
+    response = token_request(
+        idp,
+        {
+            "grant_type": "authorization_code",
+            "code": returned["code"],
+            "redirect_uri": redirect_uri,
+            "client_id": client["client_id"],
+            "code_verifier": pkce.verifier,
+            "resource": RESOURCE,
+        },
+    )
+
+    assert response.status_code == 200, response.text
+    assert response.json()["refresh_token"]
+    claims = verify(idp, response.json()["access_token"], audience=RESOURCE)
+    assert set(claims["scope"].split()) == {"mcp:tools", "offline_access"}
+    assert claims["sub"] == username
+
+
+def test_code_exchange_without_the_pkce_verifier_is_rejected(idp: DevIdP, browser: httpx2.Client) -> None:
+    redirect_uri = "http://127.0.0.1:40001/callback"
+    client = register_public_client(idp, redirect_uri)
+    returned = sign_in(
+        idp,
+        browser,
+        client_id=client["client_id"],
+        redirect_uri=redirect_uri,
+        username=unique_user(),
+        scope="mcp:tools",
+        pkce=Pkce.new(),
+    )
+
+    response = token_request(
+        idp,
+        {
+            "grant_type": "authorization_code",
+            "code": returned["code"],
+            "redirect_uri": redirect_uri,
+            "client_id": client["client_id"],
+            "code_verifier": Pkce.new().verifier,
+            "resource": RESOURCE,
+        },
+    )
+
+    assert response.status_code == 400
+    assert response.json()["error"] == "invalid_grant"
+
+
+def test_authorization_without_pkce_is_refused(idp: DevIdP, browser: httpx2.Client) -> None:
+    redirect_uri = "http://127.0.0.1:40002/callback"
+    client = register_public_client(idp, redirect_uri)
+
+    response = browser.get(
+        f"{idp.issuer}/auth",
+        params={
+            "response_type": "code",
+            "client_id": client["client_id"],
+            "redirect_uri": redirect_uri,
+            "scope": "mcp:tools",
+            "state": "s",
+            "resource": RESOURCE,
+        },
+    )
+
+    assert response.status_code == 303
+    error = parse_qs(urlsplit(response.headers["location"]).query)
+    assert error["error"] == ["invalid_request"]
+
+
+def test_client_that_forgets_the_resource_gets_a_token_for_the_default_resource(
+    idp: DevIdP, browser: httpx2.Client
+) -> None:
+    redirect_uri = "http://localhost:40003/callback"
+    client = register_public_client(idp, redirect_uri)
+    pkce = Pkce.new()
+    username = unique_user()
+    returned = sign_in(
+        idp,
+        browser,
+        client_id=client["client_id"],
+        redirect_uri=redirect_uri,
+        username=username,
+        scope="mcp:tools",
+        pkce=pkce,
+        resource=None,
+    )
+
+    response = token_request(
+        idp,
+        {
+            "grant_type": "authorization_code",
+            "code": returned["code"],
+            "redirect_uri": redirect_uri,
+            "client_id": client["client_id"],
+            "code_verifier": pkce.verifier,
+        },
+    )
+
+    assert response.status_code == 200, response.text
+    assert verify(idp, response.json()["access_token"], audience=RESOURCE)["sub"] == username
+
+
+def test_token_for_the_second_listed_resource_carries_that_audience(idp: DevIdP, browser: httpx2.Client) -> None:
+    redirect_uri = "http://localhost:40004/callback"
+    client = register_public_client(idp, redirect_uri)
+    pkce = Pkce.new()
+    returned = sign_in(
+        idp,
+        browser,
+        client_id=client["client_id"],
+        redirect_uri=redirect_uri,
+        username=unique_user(),
+        scope="other:read",
+        pkce=pkce,
+        resource=OTHER_RESOURCE,
+    )
+
+    response = token_request(
+        idp,
+        {
+            "grant_type": "authorization_code",
+            "code": returned["code"],
+            "redirect_uri": redirect_uri,
+            "client_id": client["client_id"],
+            "code_verifier": pkce.verifier,
+            "resource": OTHER_RESOURCE,
+        },
+    )
+
+    assert response.status_code == 200, response.text
+    assert verify(idp, response.json()["access_token"], audience=OTHER_RESOURCE)["scope"] == "other:read"
+
+
+def test_unlisted_resource_is_refused_at_authorization(idp: DevIdP, browser: httpx2.Client) -> None:
+    redirect_uri = "http://localhost:40005/callback"
+    client = register_public_client(idp, redirect_uri)
+    pkce = Pkce.new()
+
+    response = browser.get(
+        f"{idp.issuer}/auth",
+        params={
+            "response_type": "code",
+            "client_id": client["client_id"],
+            "redirect_uri": redirect_uri,
+            "scope": "mcp:tools",
+            "state": "s",
+            "resource": "http://localhost:9999/unknown",
+            "code_challenge": pkce.challenge,
+            "code_challenge_method": "S256",
+        },
+    )
+
+    assert response.status_code == 303
+    assert parse_qs(urlsplit(response.headers["location"]).query)["error"] == ["invalid_target"]
+
+
+def sign_in_confidential(idp: DevIdP, browser: httpx2.Client, username: str) -> dict[str, Any]:
+    """The static confidential client (like an upstream-provider client) signs a user in; no resource."""
+    redirect_uri = CONFIDENTIAL_REDIRECT
+    pkce = Pkce.new()
+    returned = sign_in(
+        idp,
+        browser,
+        client_id=CONFIDENTIAL_ID,
+        redirect_uri=redirect_uri,
+        username=username,
+        scope="openid profile email offline_access",
+        pkce=pkce,
+        resource=None,
+    )
+    response = token_request(
+        idp,
+        {
+            "grant_type": "authorization_code",
+            "code": returned["code"],
+            "redirect_uri": redirect_uri,
+            "code_verifier": pkce.verifier,
+        },
+        auth=(CONFIDENTIAL_ID, CONFIDENTIAL_SECRET),
+    )
+    assert response.status_code == 200, response.text
+    tokens = response.json()
+    assert isinstance(tokens, dict)
+    return tokens
+
+
+def test_userinfo_returns_claims_derived_from_the_typed_username(idp: DevIdP, browser: httpx2.Client) -> None:
+    username = unique_user()
+    tokens = sign_in_confidential(idp, browser, username)
+
+    response = httpx2.get(
+        f"{idp.issuer}/me", headers={"Authorization": f"Bearer {tokens['access_token']}"}, timeout=10.0
+    )
+
+    assert response.status_code == 200, response.text
+    assert response.json() == {
+        "sub": username,
+        "name": username,
+        "preferred_username": username,
+        "email": f"{username}@example.com",
+        "email_verified": True,
+    }
+    id_token = jwt.decode(tokens["id_token"], options={"verify_signature": False})
+    assert id_token["sub"] == username
+    assert tokens["refresh_token"]
+
+
+async def test_revoking_a_refresh_token_stops_refreshes_and_is_counted(idp: DevIdP, browser: httpx2.Client) -> None:
+    tokens = sign_in_confidential(idp, browser, unique_user())
+    auth = (CONFIDENTIAL_ID, CONFIDENTIAL_SECRET)
+    before = await idp.stats()
+
+    revoked = httpx2.post(
+        f"{idp.issuer}/token/revocation",
+        data={"token": tokens["refresh_token"], "token_type_hint": "refresh_token"},
+        auth=auth,
+        timeout=10.0,
+    )
+    refresh = token_request(idp, {"grant_type": "refresh_token", "refresh_token": tokens["refresh_token"]}, auth=auth)
+
+    assert revoked.status_code == 200
+    assert refresh.status_code == 400
+    assert refresh.json()["error"] == "invalid_grant"
+    after = await idp.stats()
+    assert after["revocations"] == before["revocations"] + 1
+    assert after["refresh_requests"] == before["refresh_requests"] + 1
+    assert after["token_requests"] == before["token_requests"] + 1
+
+
+async def test_token_endpoint_fault_answers_invalid_grant_until_reset(idp: DevIdP, browser: httpx2.Client) -> None:
+    tokens = sign_in_confidential(idp, browser, unique_user())
+    auth = (CONFIDENTIAL_ID, CONFIDENTIAL_SECRET)
+    refresh = {"grant_type": "refresh_token", "refresh_token": tokens["refresh_token"]}
+    before = await idp.stats()
+
+    await idp.set_fault("error")
+    try:
+        failed = token_request(idp, refresh, auth=auth)
+    finally:
+        await idp.set_fault("ok")
+    recovered = token_request(idp, refresh, auth=auth)
+
+    assert failed.status_code == 400
+    assert failed.json()["error"] == "invalid_grant"
+    assert recovered.status_code == 200, recovered.text  # the faulted request never consumed the token
+    after = await idp.stats()
+    assert after["refresh_requests"] == before["refresh_requests"] + 2
+
+
+async def test_stats_can_be_reset(idp: DevIdP) -> None:
+    token_request(idp, {"grant_type": "refresh_token", "refresh_token": "nonsense"})
+    assert (await idp.stats())["refresh_requests"] >= 1
+
+    await idp.reset_stats()
+
+    assert set((await idp.stats()).values()) == {0}
+
+
+def test_login_form_rejects_an_empty_username(idp: DevIdP, browser: httpx2.Client) -> None:
+    redirect_uri = "http://localhost:40006/callback"
+    client = register_public_client(idp, redirect_uri)
+    pkce = Pkce.new()
+    response = browser.get(
+        f"{idp.issuer}/auth",
+        params={
+            "response_type": "code",
+            "client_id": client["client_id"],
+            "redirect_uri": redirect_uri,
+            "scope": "mcp:tools",
+            "state": "s",
+            "resource": RESOURCE,
+            "code_challenge": pkce.challenge,
+            "code_challenge_method": "S256",
+        },
+    )
+    login_page = browser.get(urljoin(idp.issuer, response.headers["location"]))
+    form = LOGIN_FORM.search(login_page.text)
+    assert form is not None
+
+    response = browser.post(urljoin(idp.issuer, form["action"]), data={"username": "   "})
+
+    assert response.status_code == 400
+    assert LOGIN_FORM.search(response.text) is not None
+
+
+def test_dev_token_endpoint_is_absent_when_disabled() -> None:
+    with start_devidp(port=free_port(), resources=[RESOURCE], env={"DEVIDP_DEV_TOKENS": "0"}) as idp:
+        response = httpx2.post(f"{idp.issuer}/dev/token", json={"username": "a", "resource": RESOURCE}, timeout=10.0)
+        health = httpx2.get(f"{idp.issuer}/dev/health", timeout=10.0)
+
+    assert response.status_code == 404
+    assert health.status_code == 200
+
+
+def test_start_devidp_reports_the_process_output_when_it_dies() -> None:
+    with (
+        pytest.raises(DevIdPError, match="DEVIDP_CLIENTS is not valid JSON"),
+        start_devidp(port=free_port(), resources=[RESOURCE], env={"DEVIDP_CLIENTS": "{not json"}),
+    ):
+        pass  # pragma: no cover
+
+
+async def test_log_never_contains_tokens_codes_or_client_secrets(idp: DevIdP, browser: httpx2.Client) -> None:
+    redirect_uri = CONFIDENTIAL_REDIRECT
+    pkce = Pkce.new()
+    returned = sign_in(
+        idp,
+        browser,
+        client_id=CONFIDENTIAL_ID,
+        redirect_uri=redirect_uri,
+        username=unique_user(),
+        scope="openid profile email",
+        pkce=pkce,
+        resource=RESOURCE,
+    )
+    exchange = token_request(
+        idp,
+        {
+            "grant_type": "authorization_code",
+            "code": returned["code"],
+            "redirect_uri": redirect_uri,
+            "code_verifier": pkce.verifier,
+            "resource": RESOURCE,
+        },
+        auth=(CONFIDENTIAL_ID, CONFIDENTIAL_SECRET),
+    )
+    tokens = exchange.json()
+    minted = await idp.token("alice", resource=RESOURCE)
+    refreshed = token_request(
+        idp,
+        {"grant_type": "refresh_token", "refresh_token": tokens["refresh_token"]},
+        auth=(CONFIDENTIAL_ID, CONFIDENTIAL_SECRET),
+    )
+    assert refreshed.status_code == 200, refreshed.text
+    log = idp.log_text()
+
+    assert "POST /token" in log
+    secrets_seen = [
+        CONFIDENTIAL_SECRET,
+        returned["code"],
+        pkce.verifier,
+        tokens["access_token"],
+        tokens["refresh_token"],
+        tokens["id_token"],
+        refreshed.json()["access_token"],
+        minted,
+    ]
+    for secret in secrets_seen:
+        assert secret not in log

@@ -1,0 +1,122 @@
+"""A real MCP client finds its way in from nothing but the server URL, the way Claude Code does.
+
+The official SDK client with its OAuth support starts from a 401 on /mcp, reads the protected-resource
+metadata, discovers the dev IdP's authorization-server metadata, registers itself dynamically, sends the
+user through the login page (filled here over plain HTTP) with PKCE and a resource indicator, exchanges the
+code for a JWT access token, and lists the tools.
+"""
+
+import re
+from urllib.parse import parse_qs, urljoin, urlsplit
+
+import httpx2
+import jwt
+from mcp import Client
+from mcp.client.auth import OAuthClientProvider
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.auth import AuthorizationCodeResult, OAuthClientInformationFull, OAuthClientMetadata, OAuthToken
+
+from tests.support.devidp import DevIdP
+from tests.support.server import RunningServer
+
+REDIRECT_URI = "http://localhost:53682/callback"  # never listened on: the test reads the redirect itself
+LOGIN_FORM = re.compile(r'<form method="post" action="(?P<action>[^"]+)">')
+
+
+class MemoryStorage:
+    """Token storage for one client run."""
+
+    def __init__(self) -> None:
+        self.tokens: OAuthToken | None = None
+        self.client_info: OAuthClientInformationFull | None = None
+
+    async def get_tokens(self) -> OAuthToken | None:
+        return self.tokens
+
+    async def set_tokens(self, tokens: OAuthToken) -> None:
+        self.tokens = tokens
+
+    async def get_client_info(self) -> OAuthClientInformationFull | None:
+        return self.client_info
+
+    async def set_client_info(self, client_info: OAuthClientInformationFull) -> None:
+        self.client_info = client_info
+
+
+class FormFillingUser:
+    """Plays the person at the browser: opens the authorization URL, types a username, submits."""
+
+    def __init__(self, username: str) -> None:
+        self.username = username
+        self.authorization_url: str | None = None
+        self.result: AuthorizationCodeResult | None = None
+
+    async def open(self, authorization_url: str) -> None:
+        self.authorization_url = authorization_url
+        async with httpx2.AsyncClient(timeout=httpx2.Timeout(10.0)) as browser:
+            response = await browser.get(authorization_url)
+            for _ in range(5):
+                if response.status_code not in (302, 303):
+                    break
+                response = await browser.get(urljoin(authorization_url, response.headers["location"]))
+            form = LOGIN_FORM.search(response.text)
+            assert form is not None, response.text
+            response = await browser.post(urljoin(str(response.url), form["action"]), data={"username": self.username})
+            for _ in range(5):
+                assert response.status_code in (302, 303), response.text
+                location = urljoin(authorization_url, response.headers["location"])
+                if location.startswith(REDIRECT_URI):
+                    query = parse_qs(urlsplit(location).query)
+                    self.result = AuthorizationCodeResult(
+                        code=query["code"][0], state=query["state"][0], iss=query.get("iss", [None])[0]
+                    )
+                    return
+                response = await browser.get(location)
+        raise AssertionError("the IdP never redirected back to the client")
+
+    async def callback(self) -> AuthorizationCodeResult:
+        assert self.result is not None
+        return self.result
+
+
+async def test_sdk_client_discovers_registers_logs_in_and_lists_tools_starting_from_a_401(
+    server: RunningServer, devidp: DevIdP
+) -> None:
+    user = FormFillingUser("discovery-dora")
+    storage = MemoryStorage()
+    auth = OAuthClientProvider(
+        server_url=server.mcp_url,
+        client_metadata=OAuthClientMetadata(
+            client_name="coatcheck discovery test",
+            redirect_uris=[REDIRECT_URI],  # type: ignore[list-item]
+            grant_types=["authorization_code", "refresh_token"],
+            response_types=["code"],
+            token_endpoint_auth_method="none",
+        ),
+        storage=storage,
+        redirect_handler=user.open,
+        callback_handler=user.callback,
+    )
+    async with (
+        httpx2.AsyncClient(auth=auth, timeout=httpx2.Timeout(30.0)) as http,
+        Client(streamable_http_client(server.mcp_url, http_client=http)) as client,
+    ):
+        tools = {tool.name for tool in (await client.list_tools()).tools}
+        created = await client.call_tool("cart_create", {})
+
+    assert {"cart_create", "cart_view", "cart_list"} <= tools
+    assert not created.is_error
+    # The client was registered dynamically and sent the user to the dev IdP with PKCE and our resource.
+    assert storage.client_info is not None
+    assert storage.client_info.client_id
+    assert user.authorization_url is not None
+    query = parse_qs(urlsplit(user.authorization_url).query)
+    assert user.authorization_url.startswith(devidp.issuer)
+    assert query["code_challenge_method"] == ["S256"]
+    assert query["resource"] == [server.mcp_url]
+    # The token it obtained is a JWT for this server, naming the typed username.
+    assert storage.tokens is not None
+    claims = jwt.decode(storage.tokens.access_token, options={"verify_signature": False})
+    assert claims["aud"] == server.mcp_url
+    assert claims["sub"] == "discovery-dora"
+    assert claims["iss"] == devidp.issuer

@@ -8,8 +8,10 @@ is (issuer, subject); nothing else in the token or the request is identity.
 """
 
 import asyncio
+import hashlib
 import logging
 import time
+from collections import OrderedDict
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -93,16 +95,41 @@ class JwksCache:
 
 
 class JwtVerifier:
-    """An ``mcp`` ``TokenVerifier`` for JWT access tokens issued for this server."""
+    """An ``mcp`` ``TokenVerifier`` for JWT access tokens issued for this server.
 
-    def __init__(self, *, issuer: str, resource: str, jwks: JwksCache, leeway: int) -> None:
+    A client sends the same token on every call for up to an hour, so verified tokens are kept in a
+    small in-memory cache keyed by their SHA-256 digest; a hit still honours ``exp`` and ``nbf``.
+    """
+
+    def __init__(self, *, issuer: str, resource: str, jwks: JwksCache, leeway: int, cache_size: int = 4096) -> None:
         self._issuer = issuer
         self._resource = canonical_resource(resource)
         self._jwks = jwks
         self._leeway = leeway
+        self._cache: OrderedDict[bytes, tuple[AccessToken, float]] = OrderedDict()
+        self._cache_size = cache_size
 
     async def verify_token(self, token: str) -> AccessToken | None:
         """Return the verified token, or ``None`` for anything that is not a valid token for us."""
+        digest = hashlib.sha256(token.encode()).digest()
+        cached = self._cache.get(digest)
+        if cached is not None:
+            verified, not_before = cached
+            if time.time() >= not_before and (verified.expires_at or 0) >= time.time():
+                self._cache.move_to_end(digest)
+                return verified
+            del self._cache[digest]
+        verified_now = await self._verify(token)
+        if verified_now is not None:
+            access, not_before = verified_now
+            self._cache[digest] = verified_now
+            if len(self._cache) > self._cache_size:
+                self._cache.popitem(last=False)
+            if time.time() >= not_before:
+                return access
+        return None
+
+    async def _verify(self, token: str) -> tuple[AccessToken, float] | None:
         try:
             header = jwt.get_unverified_header(token)
         except jwt.InvalidTokenError:
@@ -133,7 +160,8 @@ class JwtVerifier:
         if not isinstance(subject, str) or not subject:
             return None
         scope = claims.get("scope", "")
-        return AccessToken(
+        not_before = float(claims.get("nbf", 0)) - self._leeway
+        access = AccessToken(
             token=token,
             client_id=str(claims.get("client_id") or claims.get("azp") or ""),
             scopes=scope.split() if isinstance(scope, str) else [],
@@ -142,6 +170,7 @@ class JwtVerifier:
             subject=subject,
             claims={"iss": claims["iss"]},
         )
+        return access, not_before
 
 
 def current_principal() -> Principal:

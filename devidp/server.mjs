@@ -23,15 +23,21 @@
 //                        slash and the case of the scheme and host; aud is always
 //                        the configured spelling. The first entry is the default
 //                        resource for an authorization request that names none.
+//                        At the token endpoint, a request without `resource` gets
+//                        the JWT for the granted resource unless its scope has
+//                        `openid`: then it gets an opaque token for the userinfo
+//                        endpoint (oidc-provider's rule), as an OIDC login wants.
 //   DEVIDP_SCOPES        Optional extra scopes (space- or comma-separated) to
 //                        list in scopes_supported. Always supported: openid
 //                        profile email offline_access. Any other scope may be
 //                        requested for a resource and is granted as asked.
-//   DEVIDP_CLIENTS       Optional JSON array of static clients in oidc-provider
-//                        or RFC 7591 metadata form: client_id, client_secret,
-//                        redirect_uris, grant_types, response_types, scope,
-//                        token_endpoint_auth_method, ... They are validated at
-//                        start-up.
+//   DEVIDP_CLIENTS       Optional JSON array of static clients in RFC 7591
+//                        metadata form: client_id, client_secret, redirect_uris,
+//                        grant_types, response_types, scope,
+//                        token_endpoint_auth_method, ... Defaults: grant_types
+//                        authorization_code + refresh_token, response_types code,
+//                        token_endpoint_auth_method client_secret_basic. They are
+//                        validated at start-up (exit code 2 if invalid).
 //   DEVIDP_JWKS_FILE     Optional path to a JSON {"keys":[...]} holding private
 //                        JWKs: one RSA key (RS256) and one EC P-256 key (ES256).
 //                        If the file does not exist, fresh keys are generated
@@ -193,7 +199,11 @@ async function loadSigningKeys() {
   if (!rsa || !ec) fail('signing keys must include a private RSA key and a private EC P-256 key');
   if (rsa.kid === ec.kid) fail('signing keys must have distinct kids');
   if (file && !fs.existsSync(file)) {
-    fs.writeFileSync(file, `${JSON.stringify({ keys: [rsa, ec] }, null, 2)}\n`, { mode: 0o600 });
+    try {
+      fs.writeFileSync(file, `${JSON.stringify({ keys: [rsa, ec] }, null, 2)}\n`, { mode: 0o600 });
+    } catch (err) {
+      fail(`cannot write DEVIDP_JWKS_FILE ${file}: ${err.code || err.message}`);
+    }
     console.log(`devidp: wrote new signing keys to ${file}`);
   }
   return { RS256: rsa, ES256: ec };
@@ -338,9 +348,16 @@ ${body}
 `;
 }
 
-function loginPage({ uid, clientLabel, username = '', error }) {
+function loginPage({
+  uid, clientLabel, params = {}, username = '', error,
+}) {
+  const requested = [
+    params.scope ? `<li>scope: <code>${esc(params.scope)}</code></li>` : '',
+    params.resource ? `<li>resource: <code>${esc([].concat(params.resource).join(' '))}</code></li>` : '',
+  ].join('');
   return page('Sign in', `<h1>Sign in</h1>
 <p>Signing in to <strong>${esc(clientLabel)}</strong>. Type any username; there is no password. The username becomes the token's <code>sub</code>.</p>
+${requested ? `<ul>${requested}</ul>` : ''}
 ${error ? `<p class="error">${esc(error)}</p>` : ''}
 <form method="post" action="/interaction/${esc(uid)}/login">
 <label for="username">Username</label>
@@ -572,6 +589,7 @@ async function showInteraction(ctx, uid) {
     ctx.body = loginPage({
       uid,
       clientLabel: await interactionClientLabel(details.params),
+      params: details.params,
       username: details.params.login_hint || '',
     });
     return;
@@ -594,6 +612,7 @@ async function submitLogin(ctx, uid) {
     ctx.body = loginPage({
       uid,
       clientLabel: await interactionClientLabel(details.params),
+      params: details.params,
       username,
       error: `Type a username (1-${MAX_USERNAME} characters, no control characters).`,
     });
@@ -608,10 +627,6 @@ async function submitLogin(ctx, uid) {
   ctx.redirect(redirectTo);
 }
 
-function supportedScopeSet() {
-  return new Set(SUPPORTED_SCOPES);
-}
-
 // DCR leniency: MCP clients often register the resource's scopes (e.g.
 // "files:read") in `scope`; oidc-provider rejects any value it does not know.
 // Those scopes are requested per resource anyway, so drop unknown values from
@@ -623,7 +638,7 @@ async function lenientRegistration(ctx) {
   try {
     const parsed = JSON.parse(raw);
     if (parsed && typeof parsed === 'object' && typeof parsed.scope === 'string') {
-      const known = supportedScopeSet();
+      const known = new Set(SUPPORTED_SCOPES);
       const kept = parsed.scope.split(' ').filter((s) => known.has(s));
       const dropped = parsed.scope.split(' ').filter((s) => s && !known.has(s));
       if (dropped.length) {

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import NoReturn
 
-from sqlalchemy import and_, delete, exists, func, insert, literal, select, update
+from sqlalchemy import and_, bindparam, delete, exists, func, insert, literal, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql.elements import ColumnElement
@@ -69,6 +69,37 @@ def _owned_by(principal: Principal) -> ColumnElement[bool]:
     return and_(_cart.c.principal_iss == principal.issuer, _cart.c.principal_sub == principal.subject)
 
 
+def _owner(principal: Principal) -> dict[str, str]:
+    return {"p_iss": principal.issuer, "p_sub": principal.subject}
+
+
+# The hot statements are built once; each call only binds values (no per-call construction).
+_OWNED = and_(_cart.c.principal_iss == bindparam("p_iss"), _cart.c.principal_sub == bindparam("p_sub"))
+_VIEW = (
+    select(
+        _cart.c.version,
+        _cart.c.status,
+        _item.c.sku,
+        _product.c.name,
+        _item.c.quantity,
+        _product.c.unit_price_cents,
+        _product.c.currency,
+    )
+    .select_from(
+        _cart.outerjoin(_item, _item.c.cart_id == _cart.c.id).outerjoin(_product, _product.c.sku == _item.c.sku)
+    )
+    .where(_cart.c.handle == bindparam("p_handle"), _OWNED)
+    .order_by(_item.c.sku)
+)
+_BUMP = (
+    update(_cart)
+    .where(_cart.c.handle == bindparam("p_handle"), _OWNED, _cart.c.status == "open")
+    .values(version=_cart.c.version + 1, updated_at=func.now())
+    .returning(_cart.c.id)
+)
+_BUMP_IF_VERSION = _BUMP.where(_cart.c.version == bindparam("p_expected"))
+
+
 class CartRepository:
     """Cart operations on one connection (inside the caller's transaction)."""
 
@@ -91,23 +122,7 @@ class CartRepository:
         """
         if not is_well_formed(handle, CART_PREFIX):
             raise NotFound("cart", handle)
-        stmt = (
-            select(
-                _cart.c.version,
-                _cart.c.status,
-                _item.c.sku,
-                _product.c.name,
-                _item.c.quantity,
-                _product.c.unit_price_cents,
-                _product.c.currency,
-            )
-            .select_from(
-                _cart.outerjoin(_item, _item.c.cart_id == _cart.c.id).outerjoin(_product, _product.c.sku == _item.c.sku)
-            )
-            .where(_cart.c.handle == handle, _owned_by(principal))
-            .order_by(_item.c.sku)
-        )
-        rows = (await self._conn.execute(stmt)).all()
+        rows = (await self._conn.execute(_VIEW, {"p_handle": handle, **_owner(principal)})).all()
         if not rows:
             raise NotFound("cart", handle)
         version, status = rows[0][0], rows[0][1]
@@ -142,15 +157,11 @@ class CartRepository:
             raise InvalidInput(f"quantity must be between 0 and {MAX_QUANTITY}; use 0 to remove the item")
         if not is_well_formed(handle, CART_PREFIX):
             raise NotFound("cart", handle)
-        conditions = [_cart.c.handle == handle, _owned_by(principal), _cart.c.status == "open"]
-        if expected_version is not None:
-            conditions.append(_cart.c.version == expected_version)
-        bumped = await self._conn.execute(
-            update(_cart)
-            .where(*conditions)
-            .values(version=_cart.c.version + 1, updated_at=func.now())
-            .returning(_cart.c.id)
-        )
+        params: dict[str, object] = {"p_handle": handle, **_owner(principal)}
+        if expected_version is None:
+            bumped = await self._conn.execute(_BUMP, params)
+        else:
+            bumped = await self._conn.execute(_BUMP_IF_VERSION, {**params, "p_expected": expected_version})
         cart_id = bumped.scalar_one_or_none()
         if cart_id is None:
             await self._explain_unwritable(principal, handle, expected_version)

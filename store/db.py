@@ -34,6 +34,8 @@ class Database:
 
     def __init__(self, engine: AsyncEngine) -> None:
         self.engine = engine
+        # Shares the pool; asyncpg then sends no BEGIN/COMMIT around a lone statement.
+        self._autocommit = engine.execution_options(isolation_level="AUTOCOMMIT")
 
     @classmethod
     def connect(
@@ -44,7 +46,8 @@ class Database:
             async_database_url(url),
             pool_size=pool_size,
             max_overflow=max_overflow,
-            pool_pre_ping=True,
+            # No pre-ping: it would cost a round trip on every checkout. A connection the server dropped
+            # fails the one call that draws it (nothing is written) and is discarded from the pool.
             connect_args={"server_settings": {"statement_timeout": str(statement_timeout_ms)}},
         )
         return cls(engine)
@@ -53,6 +56,17 @@ class Database:
     async def transaction(self) -> AsyncIterator[AsyncConnection]:
         """Run a block in one transaction: commit on success, roll back on any exception."""
         async with self.engine.begin() as conn:
+            yield conn
+
+    @asynccontextmanager
+    async def one_statement(self) -> AsyncIterator[AsyncConnection]:
+        """Run a block that issues exactly one statement, as its own transaction (autocommit).
+
+        A lone statement is atomic anyway; this saves the BEGIN and COMMIT round trips.
+
+        A block that issues more than one statement must use :meth:`transaction` instead.
+        """
+        async with self._autocommit.connect() as conn:
             yield conn
 
     async def ping(self, within: float) -> bool:

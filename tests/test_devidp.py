@@ -7,18 +7,23 @@ header that would reach them.
 
 import base64
 import hashlib
+import json
 import re
 import secrets
 import socket
+import threading
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urljoin, urlsplit
 
 import httpx2
 import jwt
 import pytest
+from mcp.client.auth import AuthorizationCodeResult, OAuthClientProvider
+from mcp.shared.auth import OAuthClientInformationFull, OAuthClientMetadata, OAuthToken
 
 from tests.support.devidp import DevIdP, DevIdPError, start_devidp
 
@@ -48,8 +53,15 @@ LOGIN_FORM = re.compile(r'<form method="post" action="(?P<action>[^"]+)">')
 
 
 @pytest.fixture(scope="module")
-def idp() -> Iterator[DevIdP]:
-    with start_devidp(port=free_port(), resources=[RESOURCE, OTHER_RESOURCE], clients=[CONFIDENTIAL_CLIENT]) as running:
+def stub_base_url() -> str:
+    """Where the stub protected resource (for the MCP SDK test) will listen."""
+    return f"http://127.0.0.1:{free_port()}"
+
+
+@pytest.fixture(scope="module")
+def idp(stub_base_url: str) -> Iterator[DevIdP]:
+    resources = [RESOURCE, OTHER_RESOURCE, f"{stub_base_url}/mcp"]
+    with start_devidp(port=free_port(), resources=resources, clients=[CONFIDENTIAL_CLIENT]) as running:
         yield running
 
 
@@ -674,3 +686,153 @@ async def test_log_never_contains_tokens_codes_or_client_secrets(idp: DevIdP, br
     ]
     for secret in secrets_seen:
         assert secret not in log
+
+
+class MemoryTokenStorage:
+    """The MCP SDK's TokenStorage, in memory."""
+
+    def __init__(self) -> None:
+        self.tokens: OAuthToken | None = None
+        self.client_info: OAuthClientInformationFull | None = None
+
+    async def get_tokens(self) -> OAuthToken | None:
+        return self.tokens
+
+    async def set_tokens(self, tokens: OAuthToken) -> None:
+        self.tokens = tokens
+
+    async def get_client_info(self) -> OAuthClientInformationFull | None:
+        return self.client_info
+
+    async def set_client_info(self, client_info: OAuthClientInformationFull) -> None:
+        self.client_info = client_info
+
+
+@dataclass(frozen=True)
+class StubResourceServer:
+    """A protected resource that publishes RFC 9728 metadata naming the dev IdP and checks JWT audiences."""
+
+    base_url: str
+
+    @property
+    def resource(self) -> str:
+        return f"{self.base_url}/mcp"
+
+
+@pytest.fixture(scope="module")
+def stub_resource_server(idp: DevIdP, stub_base_url: str) -> Iterator[StubResourceServer]:
+    base_url = stub_base_url
+    port = int(urlsplit(base_url).port or 0)
+    resource = f"{base_url}/mcp"
+    keys = jwks(idp)
+    metadata = json.dumps(
+        {"resource": resource, "authorization_servers": [idp.issuer], "scopes_supported": ["mcp:tools"]}
+    ).encode()
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+        def _send(self, status: int, body: bytes, headers: dict[str, str] | None = None) -> None:
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            for name, value in (headers or {}).items():
+                self.send_header(name, value)
+            self.end_headers()
+            self.wfile.write(body)
+
+        def do_GET(self) -> None:
+            if self.path.startswith("/.well-known/oauth-protected-resource"):
+                self._send(200, metadata)
+            else:
+                self._send(404, b"{}")
+
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("Content-Length", "0")))
+            token = self.headers.get("Authorization", "").removeprefix("Bearer ")
+            try:
+                header = jwt.get_unverified_header(token)
+                key = next(k for k in keys.keys if k.key_id == header["kid"])
+                claims = jwt.decode(token, key.key, algorithms=[header["alg"]], audience=resource, issuer=idp.issuer)
+            except (jwt.PyJWTError, StopIteration):
+                challenge = (
+                    f'Bearer resource_metadata="{base_url}/.well-known/oauth-protected-resource/mcp", scope="mcp:tools"'
+                )
+                self._send(401, b'{"error":"invalid_token"}', {"WWW-Authenticate": challenge})
+                return
+            self._send(200, json.dumps({"sub": claims["sub"], "scope": claims.get("scope")}).encode())
+
+    server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield StubResourceServer(base_url)
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
+
+
+async def browse_to_redirect(authorization_url: str, *, username: str, redirect_uri: str) -> str:
+    """What a person does in a browser: open the URL, type a username, submit; return the final redirect."""
+    async with httpx2.AsyncClient(follow_redirects=False, timeout=10.0) as browser:
+        response = await browser.get(authorization_url)
+        for _ in range(5):
+            if response.status_code == 200:
+                break
+            location = urljoin(authorization_url, response.headers["location"])
+            if location.startswith(redirect_uri):
+                return location  # an error response, before any login
+            response = await browser.get(location)
+        form = LOGIN_FORM.search(response.text)
+        assert form is not None, response.text
+        response = await browser.post(urljoin(authorization_url, form["action"]), data={"username": username})
+        for _ in range(5):
+            location = urljoin(authorization_url, response.headers["location"])
+            if location.startswith(redirect_uri):
+                return location
+            response = await browser.get(location)
+    raise AssertionError("the provider never redirected back to the client")
+
+
+@pytest.mark.parametrize("auth_method", ["none", "client_secret_basic"])
+async def test_mcp_sdk_oauth_client_discovers_registers_and_signs_in(
+    idp: DevIdP, stub_resource_server: StubResourceServer, auth_method: str
+) -> None:
+    redirect_uri = f"http://localhost:{free_port()}/callback"
+    username = unique_user()
+    redirected: list[str] = []
+
+    async def redirect_handler(authorization_url: str) -> None:
+        redirected.append(await browse_to_redirect(authorization_url, username=username, redirect_uri=redirect_uri))
+
+    async def callback_handler() -> AuthorizationCodeResult:
+        query = {key: values[0] for key, values in parse_qs(urlsplit(redirected[-1]).query).items()}
+        assert "code" in query, redirected[-1]
+        return AuthorizationCodeResult(code=query["code"], state=query.get("state"), iss=query.get("iss"))
+
+    storage = MemoryTokenStorage()
+    oauth = OAuthClientProvider(
+        server_url=stub_resource_server.resource,
+        client_metadata=OAuthClientMetadata(
+            client_name="MCP SDK test client",
+            redirect_uris=[redirect_uri],  # type: ignore[list-item]
+            grant_types=["authorization_code", "refresh_token"],
+            response_types=["code"],
+            token_endpoint_auth_method=auth_method,  # type: ignore[arg-type]
+        ),
+        storage=storage,
+        redirect_handler=redirect_handler,
+        callback_handler=callback_handler,
+    )
+
+    async with httpx2.AsyncClient(auth=oauth, timeout=30.0) as http:
+        response = await http.post(stub_resource_server.resource, json={})
+
+    assert response.status_code == 200, response.text
+    assert response.json()["sub"] == username
+    assert storage.tokens is not None
+    assert storage.tokens.refresh_token
+    assert storage.client_info is not None
+    assert storage.client_info.token_endpoint_auth_method == auth_method

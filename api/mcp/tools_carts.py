@@ -41,7 +41,7 @@ def register_cart_tools(mcp: MCPServer, database: Database) -> None:
         limit: Annotated[int, Field(description=f"1..{MAX_SEARCH_RESULTS}")] = 20,
     ) -> CatalogSearchOut:
         limit = max(1, min(limit, MAX_SEARCH_RESULTS))
-        async with database.transaction() as conn:
+        async with database.one_statement() as conn:
             rows = await search_products(conn, query, limit)
         return CatalogSearchOut(products=[ProductOut.of(row) for row in rows])
 
@@ -54,7 +54,7 @@ def register_cart_tools(mcp: MCPServer, database: Database) -> None:
     @tool_errors
     async def cart_create() -> CartCreated:
         principal = current_principal()
-        async with database.transaction() as conn:
+        async with database.one_statement() as conn:
             handle = await CartRepository(conn).create(principal)
         return CartCreated(cart_id=handle)
 
@@ -85,7 +85,7 @@ def register_cart_tools(mcp: MCPServer, database: Database) -> None:
     @tool_errors
     async def cart_view(cart_id: CartId) -> CartOut:
         principal = current_principal()
-        async with database.transaction() as conn:
+        async with database.one_statement() as conn:
             cart = await CartRepository(conn).view(principal, cart_id)
         return CartOut.of(cart)
 
@@ -97,7 +97,7 @@ def register_cart_tools(mcp: MCPServer, database: Database) -> None:
     @tool_errors
     async def cart_list() -> CartListOut:
         principal = current_principal()
-        async with database.transaction() as conn:
+        async with database.one_statement() as conn:
             carts = await CartRepository(conn).list(principal)
         return CartListOut(carts=[CartSummaryOut.of(cart) for cart in carts])
 
@@ -109,6 +109,6 @@ def register_cart_tools(mcp: MCPServer, database: Database) -> None:
     @tool_errors
     async def cart_delete(cart_id: CartId) -> CartDeleted:
         principal = current_principal()
-        async with database.transaction() as conn:
+        async with database.one_statement() as conn:
             await CartRepository(conn).delete(principal, cart_id)
         return CartDeleted(cart_id=cart_id, deleted=True)

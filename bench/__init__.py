@@ -1,0 +1,1 @@
+"""Throughput benchmark: ``python -m bench`` (see bench/README.md)."""

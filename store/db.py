@@ -7,10 +7,11 @@ pass the connection to every repository they use within it.
 import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
-from sqlalchemy import text
+from sqlalchemy import event, text
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.exc import DisconnectionError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 
@@ -27,6 +28,17 @@ def async_database_url(url: str) -> str:
     if parsed.get_driver_name() not in {"asyncpg", "psycopg2", ""} and "+" in parsed.drivername:
         raise ValueError("only the asyncpg driver is supported")
     return parsed.set(drivername="postgresql+asyncpg").render_as_string(hide_password=False)
+
+
+def _discard_closed_connections(dbapi_connection: Any, _record: object, _proxy: object) -> None:
+    """Replace a pooled connection the server has closed (restart, failover, idle kill) before it is used.
+
+    asyncpg notices a server-side close as soon as the socket reports it, so this check costs no round
+    trip, unlike ``pool_pre_ping``. A connection that died silently (a network partition) still fails the
+    one call that draws it; that call's transaction is rolled back and the pool discards the connection.
+    """
+    if dbapi_connection.driver_connection.is_closed():
+        raise DisconnectionError("pooled connection was closed by the server")
 
 
 class Database:
@@ -46,10 +58,10 @@ class Database:
             async_database_url(url),
             pool_size=pool_size,
             max_overflow=max_overflow,
-            # No pre-ping: it would cost a round trip on every checkout. A connection the server dropped
-            # fails the one call that draws it (nothing is written) and is discarded from the pool.
+            # No pre-ping round trip; see _discard_closed_connections for the cheap local check instead.
             connect_args={"server_settings": {"statement_timeout": str(statement_timeout_ms)}},
         )
+        event.listen(engine.sync_engine, "checkout", _discard_closed_connections)
         return cls(engine)
 
     @asynccontextmanager

@@ -6,8 +6,8 @@ noticed fails exactly the call that draws it, with nothing written, and is disca
 
 import asyncpg
 from sqlalchemy import text
-from sqlalchemy.exc import DBAPIError
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import DBAPIError
 
 from store.db import Database
 
@@ -46,8 +46,8 @@ async def test_connections_killed_by_the_server_fail_at_most_one_call_each_and_t
                 outcomes.append("ok")
             except DBAPIError as exc:
                 # The documented outcome: this one call fails, its transaction is void, the connection is dropped.
-                assert exc.connection_invalidated
-                outcomes.append("failed")
+                outcomes.append("failed" if exc.connection_invalidated else f"unexpected: {exc!r}")
+        assert set(outcomes) <= {"ok", "failed"}, outcomes
         assert outcomes.count("failed") <= 3
         assert outcomes[-5:] == ["ok"] * 5
     finally:

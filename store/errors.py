@@ -24,3 +24,14 @@ class Conflict(StoreError):  # noqa: N818
 
 class InvalidInput(StoreError):  # noqa: N818
     """An argument is well-formed but refers to something unusable (unknown sku, bad quantity)."""
+
+
+class DecryptError(StoreError):
+    """A stored secret did not open: unknown key, tampered, or bound to another row.
+
+    The message is a reason code; it never contains key material or plaintext.
+    """
+
+
+class InvalidGrant(StoreError):  # noqa: N818 - the OAuth error code it stands for
+    """The provider refused a refresh token (OAuth ``invalid_grant``): the user must connect again."""

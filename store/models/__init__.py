@@ -8,5 +8,18 @@ registers every table on ``Base.metadata``.
 
 from store.models.base import Base, table_of
 from store.models.carts import Cart, CartItem, Product
+from store.models.connections import AuditEvent, OAuthFlow, ProviderConnection
+from store.models.orders import Order, OrderLine
 
-__all__ = ["Base", "Cart", "CartItem", "Product", "table_of"]
+__all__ = [
+    "AuditEvent",
+    "Base",
+    "Cart",
+    "CartItem",
+    "OAuthFlow",
+    "Order",
+    "OrderLine",
+    "Product",
+    "ProviderConnection",
+    "table_of",
+]

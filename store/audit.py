@@ -1,0 +1,99 @@
+"""The audit trail of connections: who did what, to which provider, when, and how it ended.
+
+Entries never contain a secret: no token, code, state, verifier or handle. ``detail`` is a short
+reason (an exception class, an OAuth error code, :func:`identity_digest` of someone else); callers
+must keep it that way. Listing is scoped to the principal.
+"""
+
+import hashlib
+import re
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy import bindparam, insert, select
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from store.models import AuditEvent, table_of
+from store.principal import Principal
+
+MAX_DETAIL = 200
+_CODE = re.compile(r"[a-z][a-z_]{0,31}")
+
+_event = table_of(AuditEvent)
+
+_RECORD = insert(_event).values(
+    principal_iss=bindparam("p_iss"),
+    principal_sub=bindparam("p_sub"),
+    action=bindparam("p_action"),
+    provider=bindparam("p_provider"),
+    outcome=bindparam("p_outcome"),
+    detail=bindparam("p_detail"),
+)
+_LIST = (
+    select(_event.c.action, _event.c.provider, _event.c.outcome, _event.c.detail, _event.c.created_at)
+    .where(_event.c.principal_iss == bindparam("p_iss"), _event.c.principal_sub == bindparam("p_sub"))
+    .order_by(_event.c.created_at.desc(), _event.c.id.desc())
+    .limit(bindparam("p_limit"))
+)
+
+
+@dataclass(frozen=True, slots=True)
+class AuditEntry:
+    """One recorded event of a principal."""
+
+    action: str
+    provider: str | None
+    outcome: str
+    detail: str | None
+    created_at: datetime
+
+
+def identity_digest(principal: Principal) -> str:
+    """A short, stable, non-reversible name for ``principal`` (for ``detail`` when it is not the owner)."""
+    return hashlib.sha256(f"{principal.issuer}\x00{principal.subject}".encode()).hexdigest()[:12]
+
+
+class AuditRepository:
+    """Audit writes and reads on one connection (inside the caller's transaction)."""
+
+    def __init__(self, conn: AsyncConnection) -> None:
+        self._conn = conn
+
+    async def record(
+        self,
+        principal: Principal | None,
+        action: str,
+        *,
+        provider: str | None,
+        outcome: str,
+        detail: str | None = None,
+    ) -> None:
+        """Append one event. One statement.
+
+        ``action`` and ``outcome`` are lower-case codes such as ``"refresh"`` / ``"invalid_grant"``;
+        ``detail`` is cut to 200 characters. For a subject mismatch pass the flow owner as
+        ``principal`` and name the other party with :func:`identity_digest`.
+
+        Raises:
+            ValueError: ``action`` or ``outcome`` is not a lower-case code (a programming error).
+        """
+        if not _CODE.fullmatch(action) or not _CODE.fullmatch(outcome):
+            raise ValueError("audit action and outcome must be lower-case codes of up to 32 characters")
+        await self._conn.execute(
+            _RECORD,
+            {
+                "p_iss": principal.issuer if principal is not None else None,
+                "p_sub": principal.subject if principal is not None else None,
+                "p_action": action,
+                "p_provider": provider,
+                "p_outcome": outcome,
+                "p_detail": detail[:MAX_DETAIL] if detail is not None else None,
+            },
+        )
+
+    async def list(self, principal: Principal, *, limit: int = 100) -> list[AuditEntry]:
+        """The principal's events, newest first. One query."""
+        rows = await self._conn.execute(
+            _LIST, {"p_iss": principal.issuer, "p_sub": principal.subject, "p_limit": max(0, limit)}
+        )
+        return [AuditEntry(*row) for row in rows]

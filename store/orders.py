@@ -1,0 +1,450 @@
+"""Checkout and orders, always scoped to the owning principal.
+
+Checking out is two steps the caller runs in separate transactions (and, in an MCP
+deployment, possibly on different server instances):
+
+1. :meth:`OrderRepository.quote` prices the cart as it is now. One read, no lock, no write.
+2. :meth:`OrderRepository.place` turns a quote the user confirmed into an order. It locks
+   the cart row, re-reads the cart and either places the order or, if the cart or its
+   prices moved since the quote, returns a fresh quote to confirm instead.
+
+Exactly-once comes from PostgreSQL, not from process memory. The confirmation carries a
+random ``nonce`` that is stored on the order (unique per principal) in the same
+transaction that creates it, and ``orders.cart_id`` is unique. The cart row lock
+serialises concurrent placements for one cart; the loser then sees the winner's order
+and either returns it (same nonce: a retry of the same confirmation) or refuses (another
+confirmation). The unique constraints back this up should the lock ever be bypassed.
+"""
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy import Integer, String, Text, and_, bindparam, func, insert, select, true, update
+from sqlalchemy.dialects.postgresql import ARRAY
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from store.errors import Conflict, InvalidInput, NotFound
+from store.handles import is_well_formed, new_handle
+from store.models import Cart, CartItem, Order, OrderLine, Product, table_of
+from store.principal import Principal
+
+ORDER_PREFIX = "ord"
+CART_PREFIX = "cart"
+MAX_NONCE_LENGTH = 64
+
+_cart = table_of(Cart)
+_item = table_of(CartItem)
+_product = table_of(Product)
+_order = table_of(Order)
+_line = table_of(OrderLine)
+
+
+@dataclass(frozen=True, slots=True)
+class CheckoutQuote:
+    """What the user is asked to confirm: one version of a cart, priced at one moment."""
+
+    cart_handle: str
+    version: int
+    line_count: int
+    item_count: int
+    total_cents: int
+    currency: str
+
+    def same_offer(self, other: "CheckoutQuote") -> bool:
+        """Tell whether ``other`` asks the user to pay for the same thing (same cart version, same total)."""
+        return (self.cart_handle, self.version, self.total_cents, self.currency) == (
+            other.cart_handle,
+            other.version,
+            other.total_cents,
+            other.currency,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class OrderReceipt:
+    """The outcome of a placement: the order and what it costs."""
+
+    handle: str
+    total_cents: int
+    currency: str
+    status: str
+
+
+@dataclass(frozen=True, slots=True)
+class OrderLineView:
+    """One line of an order, priced as it was when the order was placed."""
+
+    sku: str
+    name: str
+    quantity: int
+    unit_price_cents: int
+    line_total_cents: int
+
+
+@dataclass(frozen=True, slots=True)
+class OrderView:
+    """An order with its lines."""
+
+    handle: str
+    cart_handle: str
+    status: str
+    items: list[OrderLineView]
+    item_count: int
+    total_cents: int
+    currency: str
+    placed_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class OrderSummary:
+    """An order as listed: counts and total, no lines."""
+
+    handle: str
+    cart_handle: str
+    status: str
+    line_count: int
+    item_count: int
+    total_cents: int
+    currency: str
+    placed_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class _PricedLine:
+    sku: str
+    name: str
+    quantity: int
+    unit_price_cents: int
+    currency: str
+
+
+@dataclass(frozen=True, slots=True)
+class _CartSnapshot:
+    """A cart, its lines priced from the catalog, and the order already placed from it (if any)."""
+
+    cart_id: int
+    version: int
+    status: str
+    lines: list[_PricedLine]
+    order: OrderReceipt | None
+    order_nonce: str | None
+
+    def quote(self, handle: str) -> CheckoutQuote:
+        return CheckoutQuote(
+            cart_handle=handle,
+            version=self.version,
+            line_count=len(self.lines),
+            item_count=sum(line.quantity for line in self.lines),
+            total_cents=sum(line.quantity * line.unit_price_cents for line in self.lines),
+            # cart_set_item keeps one currency per cart, so the first line speaks for all.
+            currency=self.lines[0].currency if self.lines else "",
+        )
+
+
+def _owner(principal: Principal) -> dict[str, str]:
+    return {"p_iss": principal.issuer, "p_sub": principal.subject}
+
+
+# Statements are built once; each call only binds values. Parameter names carry a p_ prefix so they
+# never collide with the column names an INSERT or UPDATE reserves for its own values.
+_OWNS_CART = and_(_cart.c.principal_iss == bindparam("p_iss"), _cart.c.principal_sub == bindparam("p_sub"))
+_OWNS_ORDER = and_(_order.c.principal_iss == bindparam("p_iss"), _order.c.principal_sub == bindparam("p_sub"))
+
+_SNAPSHOT = (
+    select(
+        _cart.c.id,
+        _cart.c.version,
+        _cart.c.status,
+        _item.c.sku,
+        _product.c.name,
+        _item.c.quantity,
+        _product.c.unit_price_cents,
+        _product.c.currency,
+        _order.c.handle,
+        _order.c.checkout_nonce,
+        _order.c.total_cents,
+        _order.c.currency,
+        _order.c.status,
+    )
+    .select_from(
+        _cart.outerjoin(_item, _item.c.cart_id == _cart.c.id)
+        .outerjoin(_product, _product.c.sku == _item.c.sku)
+        .outerjoin(_order, _order.c.cart_id == _cart.c.id)
+    )
+    .where(_cart.c.handle == bindparam("p_cart"), _OWNS_CART)
+    .order_by(_item.c.sku)
+)
+# Only the cart row: cart_set_item and cart_delete take the same lock first, so the lines read
+# with it cannot change until the placing transaction ends.
+_SNAPSHOT_LOCKED = _SNAPSHOT.with_for_update(of=_cart)
+
+_NEW_ORDER = (
+    insert(_order)
+    .values(
+        handle=bindparam("p_order"),
+        principal_iss=bindparam("p_iss"),
+        principal_sub=bindparam("p_sub"),
+        cart_id=bindparam("p_cart_id"),
+        cart_handle=bindparam("p_cart"),
+        checkout_nonce=bindparam("p_nonce"),
+        total_cents=bindparam("p_total"),
+        currency=bindparam("p_currency"),
+    )
+    .returning(_order.c.id)
+    .cte("new_order")
+)
+# The lines travel as four parallel arrays, so one prepared statement serves carts of any size.
+_PRICED = (
+    func.unnest(
+        bindparam("p_skus", type_=ARRAY(String)),
+        bindparam("p_names", type_=ARRAY(Text)),
+        bindparam("p_quantities", type_=ARRAY(Integer)),
+        bindparam("p_prices", type_=ARRAY(Integer)),
+    )
+    .table_valued("sku", "name", "quantity", "unit_price_cents")
+    .render_derived(name="priced")
+)
+_NEW_LINES = (
+    insert(_line)
+    .from_select(
+        ["order_id", "sku", "name", "quantity", "unit_price_cents"],
+        select(
+            _NEW_ORDER.c.id, _PRICED.c.sku, _PRICED.c.name, _PRICED.c.quantity, _PRICED.c.unit_price_cents
+        ).select_from(_NEW_ORDER.join(_PRICED, true())),
+    )
+    .cte("new_lines")
+)
+# Order, lines and the closed cart in one statement: PostgreSQL runs every data-modifying CTE.
+_PLACE = (
+    update(_cart)
+    .where(_cart.c.id == bindparam("p_cart_id"))
+    .values(status="checked_out", version=_cart.c.version + 1, updated_at=func.now())
+    .add_cte(_NEW_ORDER, _NEW_LINES)
+)
+
+_PLACED_WITH = select(_order.c.handle, _order.c.total_cents, _order.c.currency, _order.c.status).where(
+    _OWNS_ORDER, _order.c.checkout_nonce == bindparam("p_nonce")
+)
+
+_VIEW = (
+    select(
+        _order.c.cart_handle,
+        _order.c.status,
+        _order.c.total_cents,
+        _order.c.currency,
+        _order.c.placed_at,
+        _line.c.sku,
+        _line.c.name,
+        _line.c.quantity,
+        _line.c.unit_price_cents,
+    )
+    .select_from(_order.outerjoin(_line, _line.c.order_id == _order.c.id))
+    .where(_order.c.handle == bindparam("p_order"), _OWNS_ORDER)
+    .order_by(_line.c.sku)
+)
+
+_LIST = (
+    select(
+        _order.c.handle,
+        _order.c.cart_handle,
+        _order.c.status,
+        func.count(_line.c.sku),
+        func.coalesce(func.sum(_line.c.quantity), 0),
+        _order.c.total_cents,
+        _order.c.currency,
+        _order.c.placed_at,
+    )
+    .select_from(_order.outerjoin(_line, _line.c.order_id == _order.c.id))
+    .where(_OWNS_ORDER)
+    .group_by(_order.c.id)
+    .order_by(_order.c.placed_at.desc(), _order.c.id.desc())
+)
+
+
+def _already_checked_out(order_handle: str | None) -> Conflict:
+    named = f" (order {order_handle})" if order_handle else ""
+    return Conflict(
+        f"this cart is already checked out{named}; use order_view to see the order, or cart_create to start a new cart"
+    )
+
+
+def _empty_cart() -> InvalidInput:
+    return InvalidInput("the cart is empty; add items with cart_set_item first, then check out")
+
+
+class OrderRepository:
+    """Checkout and order operations on one connection (inside the caller's transaction)."""
+
+    def __init__(self, conn: AsyncConnection) -> None:
+        self._conn = conn
+
+    async def _snapshot(self, principal: Principal, cart_handle: str, *, lock: bool) -> _CartSnapshot | None:
+        """The cart, its priced lines and its order, in one query; ``lock`` takes the cart row lock."""
+        stmt = _SNAPSHOT_LOCKED if lock else _SNAPSHOT
+        rows = (await self._conn.execute(stmt, {"p_cart": cart_handle, **_owner(principal)})).all()
+        if not rows:
+            return None
+        first = rows[0]
+        order = None
+        if first[8] is not None:
+            order = OrderReceipt(handle=first[8], total_cents=first[10], currency=first[11], status=first[12])
+        return _CartSnapshot(
+            cart_id=first[0],
+            version=first[1],
+            status=first[2],
+            lines=[
+                _PricedLine(sku=row[3], name=row[4], quantity=row[5], unit_price_cents=row[6], currency=row[7])
+                for row in rows
+                if row[3] is not None
+            ],
+            order=order,
+            order_nonce=first[9],
+        )
+
+    async def quote(self, principal: Principal, cart_handle: str) -> CheckoutQuote:
+        """Price the cart for confirmation. One query; writes nothing.
+
+        Raises:
+            NotFound: the handle names no cart of this principal.
+            Conflict: the cart is already checked out (the message names its order).
+            InvalidInput: the cart is empty.
+        """
+        if not is_well_formed(cart_handle, CART_PREFIX):
+            raise NotFound("cart", cart_handle)
+        snapshot = await self._snapshot(principal, cart_handle, lock=False)
+        if snapshot is None:
+            raise NotFound("cart", cart_handle)
+        if snapshot.status != "open":
+            raise _already_checked_out(snapshot.order.handle if snapshot.order else None)
+        if not snapshot.lines:
+            raise _empty_cart()
+        return snapshot.quote(cart_handle)
+
+    async def place(
+        self, principal: Principal, confirmed: CheckoutQuote, *, nonce: str
+    ) -> OrderReceipt | CheckoutQuote:
+        """Place the order the user confirmed, exactly once per ``nonce``.
+
+        Returns the new order's receipt; the same receipt again when this ``nonce`` already
+        placed it (a retried confirmation); or a fresh :class:`CheckoutQuote`, writing
+        nothing, when the cart or its total changed since ``confirmed`` was shown.
+
+        Raises:
+            NotFound: the handle names no cart of this principal (and no order came from this nonce).
+            Conflict: the cart was checked out by another confirmation (the message names its order).
+            InvalidInput: the cart is empty, or the nonce is unusable.
+        """
+        _check_nonce(nonce)
+        cart_handle = confirmed.cart_handle
+        if not is_well_formed(cart_handle, CART_PREFIX):
+            raise NotFound("cart", cart_handle)
+        snapshot = await self._snapshot(principal, cart_handle, lock=True)
+        if snapshot is not None and (snapshot.status, snapshot.version) != ("open", confirmed.version):
+            # The cart row changed since the quote. If this statement had to wait for the row lock,
+            # PostgreSQL re-read only the locked cart row; the lines and the order joined to it are
+            # from before the wait. Now that the lock is ours, a new statement sees the committed state.
+            # (An unchanged version proves the lines are unchanged: every line change bumps it.)
+            snapshot = await self._snapshot(principal, cart_handle, lock=False)
+        if snapshot is None:
+            # The cart may have been deleted after this very confirmation placed its order.
+            placed = await self.placed_with(principal, nonce)
+            if placed is None:
+                raise NotFound("cart", cart_handle)
+            return placed
+        if snapshot.status != "open":
+            if snapshot.order is not None and snapshot.order_nonce == nonce:
+                return snapshot.order
+            raise _already_checked_out(snapshot.order.handle if snapshot.order else None)
+        if not snapshot.lines:
+            raise _empty_cart()
+        current = snapshot.quote(cart_handle)
+        if not current.same_offer(confirmed):
+            return current
+        return await self._insert(principal, snapshot, current, nonce)
+
+    async def _insert(
+        self, principal: Principal, snapshot: _CartSnapshot, quote: CheckoutQuote, nonce: str
+    ) -> OrderReceipt:
+        """Create the order and its lines and close the cart, in one statement.
+
+        The lines come from the locked snapshot rather than a second read of the catalog, so
+        the stored lines always add up to the stored total.
+        """
+        handle = new_handle(ORDER_PREFIX)
+        lines = snapshot.lines
+        await self._conn.execute(
+            _PLACE,
+            {
+                "p_order": handle,
+                **_owner(principal),
+                "p_cart_id": snapshot.cart_id,
+                "p_cart": quote.cart_handle,
+                "p_nonce": nonce,
+                "p_total": quote.total_cents,
+                "p_currency": quote.currency,
+                "p_skus": [line.sku for line in lines],
+                "p_names": [line.name for line in lines],
+                "p_quantities": [line.quantity for line in lines],
+                "p_prices": [line.unit_price_cents for line in lines],
+            },
+        )
+        return OrderReceipt(handle=handle, total_cents=quote.total_cents, currency=quote.currency, status="placed")
+
+    async def placed_with(self, principal: Principal, nonce: str) -> OrderReceipt | None:
+        """The order this principal placed with ``nonce``, if any. One query."""
+        _check_nonce(nonce)
+        row = (await self._conn.execute(_PLACED_WITH, {"p_nonce": nonce, **_owner(principal)})).one_or_none()
+        if row is None:
+            return None
+        return OrderReceipt(handle=row[0], total_cents=row[1], currency=row[2], status=row[3])
+
+    async def view(self, principal: Principal, handle: str) -> OrderView:
+        """The order with its lines, in one query.
+
+        Raises:
+            NotFound: the handle names no order of this principal.
+        """
+        if not is_well_formed(handle, ORDER_PREFIX):
+            raise NotFound("order", handle)
+        rows = (await self._conn.execute(_VIEW, {"p_order": handle, **_owner(principal)})).all()
+        if not rows:
+            raise NotFound("order", handle)
+        cart_handle, status, total, currency, placed_at = rows[0][:5]
+        lines = [
+            OrderLineView(sku=sku, name=name, quantity=qty, unit_price_cents=price, line_total_cents=qty * price)
+            for *_, sku, name, qty, price in rows
+            if sku is not None
+        ]
+        return OrderView(
+            handle=handle,
+            cart_handle=cart_handle,
+            status=status,
+            items=lines,
+            item_count=sum(line.quantity for line in lines),
+            total_cents=total,
+            currency=currency,
+            placed_at=placed_at,
+        )
+
+    async def list(self, principal: Principal) -> list[OrderSummary]:
+        """The principal's orders, newest first, with line and item counts. One query."""
+        return [
+            OrderSummary(
+                handle=handle,
+                cart_handle=cart_handle,
+                status=status,
+                line_count=lines,
+                item_count=int(items),
+                total_cents=total,
+                currency=currency,
+                placed_at=placed_at,
+            )
+            for handle, cart_handle, status, lines, items, total, currency, placed_at in await self._conn.execute(
+                _LIST, _owner(principal)
+            )
+        ]
+
+
+def _check_nonce(nonce: str) -> None:
+    if not nonce or len(nonce) > MAX_NONCE_LENGTH:
+        raise InvalidInput("the checkout confirmation is unusable; call cart_checkout again")

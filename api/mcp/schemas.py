@@ -1,11 +1,13 @@
 """Tool result shapes: the only place that knows what a tool's structured output looks like."""
 
 from datetime import datetime
+from typing import Literal
 
 from pydantic import BaseModel, Field
 
 from store.carts import CartSummary, CartView
 from store.catalog import ProductRow
+from store.orders import OrderReceipt, OrderSummary, OrderView
 
 
 class ProductOut(BaseModel):
@@ -111,3 +113,93 @@ class CartDeleted(BaseModel):
 
     cart_id: str
     deleted: bool
+
+
+class CheckoutOut(BaseModel):
+    """The outcome of cart_checkout: a placed order, or a checkout the user cancelled (no order)."""
+
+    order_id: str | None = Field(description="Opaque order handle (ord_…); null when the checkout was cancelled")
+    total_cents: int
+    currency: str = Field(description="ISO 4217 code")
+    status: Literal["placed", "cancelled"]
+
+    @classmethod
+    def of(cls, receipt: OrderReceipt) -> "CheckoutOut":
+        return cls(order_id=receipt.handle, total_cents=receipt.total_cents, currency=receipt.currency, status="placed")
+
+
+class OrderLineOut(BaseModel):
+    """One line of an order, priced as it was when the order was placed."""
+
+    sku: str
+    name: str
+    quantity: int
+    unit_price_cents: int
+    line_total_cents: int
+
+
+class OrderOut(BaseModel):
+    """An order with its lines. Orders never change after they are placed."""
+
+    order_id: str
+    cart_id: str = Field(description="The cart the order was placed from")
+    status: str = Field(description="placed")
+    items: list[OrderLineOut]
+    item_count: int = Field(description="Sum of quantities over all lines")
+    total_cents: int
+    currency: str
+    placed_at: datetime
+
+    @classmethod
+    def of(cls, order: OrderView) -> "OrderOut":
+        return cls(
+            order_id=order.handle,
+            cart_id=order.cart_handle,
+            status=order.status,
+            items=[
+                OrderLineOut(
+                    sku=line.sku,
+                    name=line.name,
+                    quantity=line.quantity,
+                    unit_price_cents=line.unit_price_cents,
+                    line_total_cents=line.line_total_cents,
+                )
+                for line in order.items
+            ],
+            item_count=order.item_count,
+            total_cents=order.total_cents,
+            currency=order.currency,
+            placed_at=order.placed_at,
+        )
+
+
+class OrderSummaryOut(BaseModel):
+    """An order as listed."""
+
+    order_id: str
+    cart_id: str
+    status: str
+    line_count: int
+    item_count: int = Field(description="Sum of quantities over all lines")
+    total_cents: int
+    currency: str
+    placed_at: datetime
+
+    @classmethod
+    def of(cls, order: OrderSummary) -> "OrderSummaryOut":
+        return cls(
+            order_id=order.handle,
+            cart_id=order.cart_handle,
+            status=order.status,
+            line_count=order.line_count,
+            item_count=order.item_count,
+            total_cents=order.total_cents,
+            currency=order.currency,
+            placed_at=order.placed_at,
+        )
+
+
+class OrderListOut(BaseModel):
+    """The caller's orders, newest first."""
+
+    orders: list[OrderSummaryOut]

@@ -7,6 +7,7 @@ from mcp.server.mcpserver import MCPServer, RequestStateSecurity
 
 from api.auth import JwtVerifier
 from api.mcp.tools_carts import register_cart_tools
+from api.mcp.tools_orders import register_order_tools
 from api.settings import Settings
 from store.db import Database
 
@@ -39,4 +40,5 @@ def build_mcp_server(settings: Settings, database: Database, verifier: JwtVerifi
         log_level=cast(LogLevel, settings.log_level.upper()),
     )
     register_cart_tools(mcp, database)
+    register_order_tools(mcp, database)
     return mcp

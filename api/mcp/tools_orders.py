@@ -1,0 +1,289 @@
+"""Checkout in two rounds (MCP 2026-07-28 multi round-trip requests) and the order tools.
+
+``cart_checkout`` never holds a connection open while the user decides:
+
+* Round 1 prices the cart (one read) and returns ``input_required`` with one form
+  elicitation (a boolean ``confirm``) plus a plaintext ``requestState`` naming what was
+  offered: cart version, total, currency and a random nonce. The SDK's
+  ``RequestStateBoundary`` seals it (AES-GCM under the shared key ring, bound to the
+  principal, this tool and its arguments, with a TTL) and verifies the echo before this
+  code runs, so whatever state reaches the tool was minted here for this caller and cart.
+* Round 2 (the retry with ``inputResponses`` and the echoed state) places the order only
+  on ``accept`` with ``confirm: true``. The nonce is stored on the order in the same
+  transaction, so the state authorises one order: a retried final round gets that order
+  back, any other use of the state is refused. See docs/checkout.md.
+
+Nothing a round depends on lives in process memory, so the rounds may land on different
+instances that share the database and the key ring.
+"""
+
+import json
+import logging
+import secrets
+from dataclasses import dataclass
+from typing import Annotated, Any
+
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp.shared.exceptions import MCPError
+from mcp.types import (
+    MISSING_REQUIRED_CLIENT_CAPABILITY,
+    CallToolResult,
+    ClientCapabilities,
+    ElicitationCapability,
+    ElicitRequest,
+    ElicitRequestFormParams,
+    ElicitResult,
+    FormElicitationCapability,
+    InputRequiredResult,
+    InputResponses,
+    MissingRequiredClientCapabilityErrorData,
+    TextContent,
+    ToolAnnotations,
+)
+from mcp.types.version import is_version_at_least
+from pydantic import Field
+
+from api.auth import current_principal
+from api.mcp.errors import tool_errors
+from api.mcp.schemas import CheckoutOut, OrderListOut, OrderOut, OrderSummaryOut
+from store.db import Database
+from store.orders import MAX_NONCE_LENGTH, CheckoutQuote, OrderReceipt, OrderRepository
+
+logger = logging.getLogger(__name__)
+
+MULTI_ROUND_TRIP_VERSION = "2026-07-28"
+CONFIRM_KEY = "confirm"
+_STATE_KIND = "checkout.confirm.v1"
+_NONCE_BYTES = 16  # 128 bits: unguessable, and unique per principal with overwhelming probability
+
+CONFIRM_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        CONFIRM_KEY: {
+            "type": "boolean",
+            "title": "Place the order",
+            "description": "Yes places the order and closes the cart; no cancels the checkout.",
+        }
+    },
+    "required": [CONFIRM_KEY],
+}
+
+CartId = Annotated[str, Field(description="A cart handle returned by cart_create (cart_…)", max_length=200)]
+OrderId = Annotated[str, Field(description="An order handle returned by cart_checkout (ord_…)", max_length=200)]
+
+
+@dataclass(frozen=True, slots=True)
+class ConfirmationState:
+    """The plaintext requestState of the confirmation round: what the user was asked to pay for.
+
+    It carries only what round 1 established; the SDK seals and authenticates it, and
+    this code still validates its shape, because a state from an older or newer server
+    version may not match.
+    """
+
+    quote: CheckoutQuote
+    nonce: str
+
+    def dump(self) -> str:
+        """The JSON the SDK seals into the wire requestState."""
+        q = self.quote
+        return json.dumps(
+            {
+                "kind": _STATE_KIND,
+                "cart": q.cart_handle,
+                "version": q.version,
+                "lines": q.line_count,
+                "items": q.item_count,
+                "total": q.total_cents,
+                "currency": q.currency,
+                "nonce": self.nonce,
+            },
+            separators=(",", ":"),
+        )
+
+    @classmethod
+    def load(cls, raw: str | None, cart_id: str) -> "ConfirmationState | None":
+        """Parse a state this tool minted for ``cart_id``; ``None`` for anything else (start over)."""
+        if not raw:
+            return None
+        try:
+            data = json.loads(raw)
+        except ValueError:
+            return None
+        if not isinstance(data, dict) or data.get("kind") != _STATE_KIND or data.get("cart") != cart_id:
+            return None
+        numbers: list[int] = []
+        for key in ("version", "lines", "items", "total"):
+            value = data.get(key)
+            if not isinstance(value, int) or isinstance(value, bool):
+                return None
+            numbers.append(value)
+        nonce, currency = data.get("nonce"), data.get("currency")
+        if not isinstance(nonce, str) or not 0 < len(nonce) <= MAX_NONCE_LENGTH or not isinstance(currency, str):
+            return None
+        version, lines, items, total = numbers
+        quote = CheckoutQuote(
+            cart_handle=cart_id,
+            version=version,
+            line_count=lines,
+            item_count=items,
+            total_cents=total,
+            currency=currency,
+        )
+        return cls(quote=quote, nonce=nonce)
+
+
+def money(cents: int, currency: str) -> str:
+    """``14800, "USD"`` → ``"USD 148.00"`` (every catalog currency has two minor digits)."""
+    return f"{currency} {cents // 100}.{cents % 100:02d}"
+
+
+def _offer(quote: CheckoutQuote) -> str:
+    noun = "item" if quote.item_count == 1 else "items"
+    return f"{quote.item_count} {noun}, total {money(quote.total_cents, quote.currency)}"
+
+
+def ask_to_confirm(quote: CheckoutQuote, *, changed: bool) -> InputRequiredResult:
+    """The confirmation round: one form question and the state that authorises exactly one order."""
+    if changed:
+        message = f"Your cart changed since you were asked. Place the order now? {_offer(quote)}."
+    else:
+        message = f"Place the order? {_offer(quote)}."
+    state = ConfirmationState(quote=quote, nonce=secrets.token_urlsafe(_NONCE_BYTES))
+    return InputRequiredResult(
+        input_requests={
+            CONFIRM_KEY: ElicitRequest(params=ElicitRequestFormParams(message=message, requested_schema=CONFIRM_SCHEMA))
+        },
+        request_state=state.dump(),  # plaintext; the SDK's RequestStateBoundary seals it on the way out
+    )
+
+
+def consented(responses: InputResponses | None) -> bool:
+    """Only ``accept`` with ``confirm`` exactly ``true`` is consent; anything else cancels."""
+    answer = (responses or {}).get(CONFIRM_KEY)
+    return (
+        isinstance(answer, ElicitResult)
+        and answer.action == "accept"
+        and answer.content is not None
+        and answer.content.get(CONFIRM_KEY) is True
+    )
+
+
+def _require_multi_round_trip(ctx: Context) -> None:
+    """Refuse, as a tool error, a client that cannot receive the confirmation question.
+
+    A 2025-11-25 request has no ``input_required`` result (the SDK would answer -32603), and
+    on the stateless legacy leg there is no channel to push ``elicitation/create`` either.
+    """
+    version = ctx.protocol_version
+    if version is None or not is_version_at_least(version, MULTI_ROUND_TRIP_VERSION):
+        raise ToolError(
+            "cart_checkout asks the user to confirm the order, which needs an MCP client that speaks protocol "
+            f"{MULTI_ROUND_TRIP_VERSION} (multi round-trip requests); this client speaks {version or 'an older one'}. "
+            "Update the client and try again. Nothing was ordered and the cart is unchanged."
+        )
+
+
+def _require_form_elicitation(ctx: Context) -> None:
+    """Refuse a client that did not declare form elicitation, the way the SDK's ``Resolve`` path does.
+
+    The spec forbids sending an input request the client did not declare; the checkout cannot
+    proceed without consent, so this is -32021 with the capability the client lacks.
+    """
+    capabilities = ctx.client_capabilities
+    elicitation = capabilities.elicitation if capabilities is not None else None
+    # A bare ``elicitation: {}`` means form mode; a url-only declaration does not.
+    if elicitation is not None and (elicitation.form is not None or elicitation.url is None):
+        return
+    required = ClientCapabilities(elicitation=ElicitationCapability(form=FormElicitationCapability()))
+    raise MCPError(
+        code=MISSING_REQUIRED_CLIENT_CAPABILITY,
+        message="Client did not declare the form elicitation capability required by cart_checkout",
+        data=MissingRequiredClientCapabilityErrorData(required_capabilities=required).model_dump(
+            by_alias=True, mode="json", exclude_none=True
+        ),
+    )
+
+
+def _placed(receipt: OrderReceipt) -> CallToolResult:
+    out = CheckoutOut.of(receipt)
+    text = f"Order {receipt.handle} placed: total {money(receipt.total_cents, receipt.currency)}."
+    return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=out.model_dump(mode="json"))
+
+
+def _cancelled(quote: CheckoutQuote) -> CallToolResult:
+    out = CheckoutOut(order_id=None, total_cents=quote.total_cents, currency=quote.currency, status="cancelled")
+    return CallToolResult(
+        content=[TextContent(type="text", text="Checkout cancelled.")], structured_content=out.model_dump(mode="json")
+    )
+
+
+def register_order_tools(mcp: MCPServer, database: Database) -> None:
+    """Register ``cart_checkout``, ``order_view`` and ``order_list`` on ``mcp``."""
+
+    @mcp.tool(
+        name="cart_checkout",
+        description="Check out a cart. The user is asked to confirm the item count and total; only their "
+        "confirmation places the order, which closes the cart (it can no longer be changed). Returns the order "
+        "handle (order_id, ord_…) and total, or status 'cancelled' if the user declined. Retrying the final "
+        "call returns the same order. Needs an MCP 2026-07-28 client with form elicitation.",
+        annotations=ToolAnnotations(
+            read_only_hint=False, destructive_hint=False, idempotent_hint=True, open_world_hint=False
+        ),
+    )
+    @tool_errors
+    async def cart_checkout(
+        cart_id: CartId, ctx: Context
+    ) -> Annotated[CallToolResult, CheckoutOut] | InputRequiredResult:
+        _require_multi_round_trip(ctx)
+        _require_form_elicitation(ctx)
+        principal = current_principal()
+        state = ConfirmationState.load(ctx.request_state, cart_id)
+
+        if state is None:  # round 1: price the cart and ask (one read, no BEGIN/COMMIT)
+            async with database.one_statement() as conn:
+                quote = await OrderRepository(conn).quote(principal, cart_id)
+            return ask_to_confirm(quote, changed=False)
+
+        if not consented(ctx.input_responses):
+            async with database.one_statement() as conn:
+                used = await OrderRepository(conn).placed_with(principal, state.nonce)
+            if used is not None:
+                # The same state with a different answer: that confirmation is spent.
+                raise ToolError(
+                    f"This confirmation was already used to place order {used.handle} and cannot be used "
+                    "again; use order_view to see the order."
+                )
+            return _cancelled(state.quote)
+
+        async with database.transaction() as conn:  # the row lock needs a transaction around it
+            outcome = await OrderRepository(conn).place(principal, state.quote, nonce=state.nonce)
+        if isinstance(outcome, CheckoutQuote):  # the cart or its prices moved: consent covered another total
+            return ask_to_confirm(outcome, changed=True)
+        logger.info("checkout of cart %s confirmed: order %s", cart_id, outcome.handle)
+        return _placed(outcome)
+
+    @mcp.tool(
+        name="order_view",
+        description="Show an order: its lines with the prices paid, total, status and the cart it came from.",
+        annotations=ToolAnnotations(read_only_hint=True, idempotent_hint=True, open_world_hint=False),
+    )
+    @tool_errors
+    async def order_view(order_id: OrderId) -> OrderOut:
+        principal = current_principal()
+        async with database.one_statement() as conn:
+            order = await OrderRepository(conn).view(principal, order_id)
+        return OrderOut.of(order)
+
+    @mcp.tool(
+        name="order_list",
+        description="List your orders, newest first, with line and item counts and totals.",
+        annotations=ToolAnnotations(read_only_hint=True, idempotent_hint=True, open_world_hint=False),
+    )
+    @tool_errors
+    async def order_list() -> OrderListOut:
+        principal = current_principal()
+        async with database.one_statement() as conn:
+            orders = await OrderRepository(conn).list(principal)
+        return OrderListOut(orders=[OrderSummaryOut.of(order) for order in orders])

@@ -1,0 +1,554 @@
+"""Checkout in two rounds, end to end: the official SDK client (its automatic MRTR loop and the manual one),
+raw JSON-RPC where the client would hide the behaviour, real server processes, PostgreSQL."""
+
+import asyncio
+import secrets
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+from mcp import Client, MCPError
+from mcp.types import (
+    CallToolResult,
+    ElicitRequest,
+    ElicitRequestFormParams,
+    ElicitResult,
+    InputRequiredResult,
+    TextContent,
+)
+from sqlalchemy import func, select
+
+from store.db import Database
+from store.models import Order, table_of
+from tests.conftest import McpClientFactory
+from tests.support.devidp import DevIdP
+from tests.support.mrtr import ScriptedUser, another_instance, confirms, connect, eventually, flip_one_character
+from tests.support.server import RunningServer
+from tests.support.wire import post, response_message
+
+INVALID_STATE = "Invalid or expired requestState"
+CANCELLED = "Checkout cancelled."
+
+
+def _text(result: CallToolResult) -> str:
+    return " ".join(block.text for block in result.content if isinstance(block, TextContent))
+
+
+async def _ok(client: Client, tool: str, arguments: dict[str, Any] | None = None) -> dict[str, Any]:
+    result = await client.call_tool(tool, arguments or {})
+    assert not result.is_error, _text(result)
+    assert result.structured_content is not None
+    return result.structured_content
+
+
+async def _cart(client: Client, lines: dict[str, int]) -> str:
+    cart_id: str = (await _ok(client, "cart_create"))["cart_id"]
+    for sku, quantity in lines.items():
+        await _ok(client, "cart_set_item", {"cart_id": cart_id, "sku": sku, "quantity": quantity})
+    return cart_id
+
+
+async def _round_one(client: Client, cart_id: str) -> InputRequiredResult:
+    """Round 1 through the manual loop, so the test holds the sealed state."""
+    first = await client.session.call_tool("cart_checkout", {"cart_id": cart_id}, allow_input_required=True)
+    assert isinstance(first, InputRequiredResult), first
+    assert first.request_state is not None
+    return first
+
+
+async def _final_round(
+    client: Client, cart_id: str, state: str | None, answer: ElicitResult | None = None, tool: str = "cart_checkout"
+) -> CallToolResult | InputRequiredResult:
+    responses = {"confirm": answer if answer is not None else confirms(True)}
+    return await client.session.call_tool(
+        tool, {"cart_id": cart_id}, input_responses=responses, request_state=state, allow_input_required=True
+    )
+
+
+def _question(result: InputRequiredResult) -> ElicitRequestFormParams:
+    assert result.input_requests is not None
+    assert list(result.input_requests) == ["confirm"]
+    request = result.input_requests["confirm"]
+    assert isinstance(request, ElicitRequest)
+    assert isinstance(request.params, ElicitRequestFormParams)
+    return request.params
+
+
+async def _orders_for(database: Database, cart_id: str) -> int:
+    orders = table_of(Order)
+    async with database.transaction() as conn:
+        count = await conn.scalar(select(func.count()).select_from(orders).where(orders.c.cart_handle == cart_id))
+    return int(count or 0)
+
+
+async def _status(client: Client, cart_id: str) -> tuple[str, int]:
+    cart = await _ok(client, "cart_view", {"cart_id": cart_id})
+    return cart["status"], cart["version"]
+
+
+@pytest.fixture
+def http() -> Iterator[httpx.Client]:
+    with httpx.Client(timeout=15.0) as client:
+        yield client
+
+
+# --- the round trip -------------------------------------------------------------------------------------------
+
+
+async def test_the_sdk_client_confirms_through_its_elicitation_callback_and_the_order_is_placed(
+    mcp_client: McpClientFactory, database: Database
+) -> None:
+    user = ScriptedUser(confirms(True))
+    async with mcp_client(elicitation_callback=user) as client:
+        cart_id = await _cart(client, {"scarf-cashmere": 2, "hat-beanie": 1})
+        result = await client.call_tool("cart_checkout", {"cart_id": cart_id})
+        assert not result.is_error, _text(result)
+        placed = result.structured_content
+        assert placed is not None
+        assert placed == {"order_id": placed["order_id"], "total_cents": 14800, "currency": "USD", "status": "placed"}
+        assert placed["order_id"].startswith("ord_")
+        assert _text(result) == f"Order {placed['order_id']} placed: total USD 148.00."
+
+        [question] = user.questions
+        assert question.message == "Place the order? 3 items, total USD 148.00."
+        assert question.requested_schema["properties"]["confirm"]["type"] == "boolean"
+        assert question.requested_schema["required"] == ["confirm"]
+        assert all(
+            prop["type"] in {"boolean", "string", "number", "integer"}
+            for prop in question.requested_schema["properties"].values()
+        )
+
+        assert await _status(client, cart_id) == ("checked_out", 4)
+        change = await client.call_tool("cart_set_item", {"cart_id": cart_id, "sku": "hat-beanie", "quantity": 5})
+        assert change.is_error
+        assert "checked out and can no longer be changed" in _text(change)
+
+        order = await _ok(client, "order_view", {"order_id": placed["order_id"]})
+        assert (order["cart_id"], order["status"], order["item_count"], order["total_cents"]) == (
+            cart_id,
+            "placed",
+            3,
+            14800,
+        )
+        assert [(i["sku"], i["quantity"], i["unit_price_cents"]) for i in order["items"]] == [
+            ("hat-beanie", 1, 1800),
+            ("scarf-cashmere", 2, 6500),
+        ]
+        listed = (await _ok(client, "order_list"))["orders"]
+        assert [(o["order_id"], o["item_count"], o["total_cents"]) for o in listed] == [(placed["order_id"], 3, 14800)]
+    assert await _orders_for(database, cart_id) == 1
+
+
+async def test_round_one_asks_with_a_sealed_state_and_writes_nothing(
+    mcp_client: McpClientFactory, database: Database
+) -> None:
+    async with mcp_client(elicitation_callback=ScriptedUser(confirms(True))) as client:
+        cart_id = await _cart(client, {"gloves-leather": 1})
+        first = await _round_one(client, cart_id)
+        assert _question(first).message == "Place the order? 1 item, total USD 42.00."
+        assert first.request_state is not None
+        assert first.request_state.startswith("v1.")
+        assert "nonce" not in first.request_state
+        assert str(4200) not in first.request_state
+        assert await _status(client, cart_id) == ("open", 2)
+    assert await _orders_for(database, cart_id) == 0
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        pytest.param(ElicitResult(action="decline"), id="decline"),
+        pytest.param(ElicitResult(action="cancel"), id="cancel"),
+        pytest.param(confirms(False), id="confirm-false"),
+        pytest.param(confirms("true"), id="confirm-as-string"),
+        pytest.param(ElicitResult(action="accept"), id="accept-without-content"),
+        pytest.param(ElicitResult(action="accept", content={"other": True}), id="accept-without-confirm"),
+    ],
+)
+async def test_anything_but_accept_with_confirm_true_cancels_and_writes_nothing(
+    mcp_client: McpClientFactory, database: Database, answer: ElicitResult
+) -> None:
+    user = ScriptedUser(answer)
+    async with mcp_client(elicitation_callback=user) as client:
+        cart_id = await _cart(client, {"hat-beanie": 2})
+        result = await client.call_tool("cart_checkout", {"cart_id": cart_id})
+        assert not result.is_error
+        assert _text(result) == CANCELLED
+        assert result.structured_content == {
+            "order_id": None,
+            "total_cents": 3600,
+            "currency": "USD",
+            "status": "cancelled",
+        }
+        assert len(user.questions) == 1
+        assert await _status(client, cart_id) == ("open", 2)
+    assert await _orders_for(database, cart_id) == 0
+
+
+async def test_a_retry_without_an_answer_cancels(mcp_client: McpClientFactory, database: Database) -> None:
+    async with mcp_client(elicitation_callback=ScriptedUser(confirms(True))) as client:
+        cart_id = await _cart(client, {"hat-beanie": 1})
+        first = await _round_one(client, cart_id)
+        for responses in ({}, {"something_else": confirms(True)}):
+            result = await client.session.call_tool(
+                "cart_checkout",
+                {"cart_id": cart_id},
+                input_responses=responses,  # type: ignore[arg-type]
+                request_state=first.request_state,
+                allow_input_required=True,
+            )
+            assert isinstance(result, CallToolResult)
+            assert _text(result) == CANCELLED
+    assert await _orders_for(database, cart_id) == 0
+
+
+async def test_an_empty_cart_is_a_tool_error_that_says_to_add_items_first(mcp_client: McpClientFactory) -> None:
+    user = ScriptedUser(confirms(True))
+    async with mcp_client(elicitation_callback=user) as client:
+        cart_id = await _cart(client, {})
+        result = await client.call_tool("cart_checkout", {"cart_id": cart_id})
+    assert result.is_error
+    assert _text(result).endswith("The cart is empty; add items with cart_set_item first, then check out.")
+    assert user.questions == []
+
+
+async def test_a_cart_changed_between_the_rounds_is_asked_again_with_the_new_total(
+    mcp_client: McpClientFactory, database: Database
+) -> None:
+    async with mcp_client("shared-cart-user", elicitation_callback=ScriptedUser(confirms(True))) as client:
+        cart_id = await _cart(client, {"hat-beanie": 1})
+        first = await _round_one(client, cart_id)
+        # Another agent of the same user edits the cart while the user reads the question.
+        await _ok(client, "cart_set_item", {"cart_id": cart_id, "sku": "hat-beanie", "quantity": 3})
+        again = await _final_round(client, cart_id, first.request_state)
+        assert isinstance(again, InputRequiredResult)
+        assert _question(again).message == (
+            "Your cart changed since you were asked. Place the order now? 3 items, total USD 54.00."
+        )
+        assert again.request_state not in {None, first.request_state}
+        assert await _orders_for(database, cart_id) == 0
+
+        placed = await _final_round(client, cart_id, again.request_state)
+        assert isinstance(placed, CallToolResult)
+        assert placed.structured_content is not None
+        assert (placed.structured_content["status"], placed.structured_content["total_cents"]) == ("placed", 5400)
+    assert await _orders_for(database, cart_id) == 1
+
+
+async def test_the_sdk_loop_shows_the_user_the_new_total_when_the_cart_changes_mid_checkout(
+    mcp_client: McpClientFactory,
+) -> None:
+    async with mcp_client("busy-user") as editor:
+        cart_id = await _cart(editor, {"brush-lint": 1})
+
+        class EditsOnceThenConfirms(ScriptedUser):
+            async def __call__(self, context: Any, params: Any) -> ElicitResult:
+                answer = await super().__call__(context, params)
+                if len(self.questions) == 1:
+                    await _ok(editor, "cart_set_item", {"cart_id": cart_id, "sku": "brush-lint", "quantity": 2})
+                return answer
+
+        user = EditsOnceThenConfirms(confirms(True))
+        async with mcp_client("busy-user", elicitation_callback=user) as client:
+            result = await client.call_tool("cart_checkout", {"cart_id": cart_id})
+    assert result.structured_content is not None
+    assert (result.structured_content["status"], result.structured_content["total_cents"]) == ("placed", 1400)
+    assert [q.message for q in user.questions] == [
+        "Place the order? 1 item, total USD 7.00.",
+        "Your cart changed since you were asked. Place the order now? 2 items, total USD 14.00.",
+    ]
+
+
+# --- single use and exactly once ---------------------------------------------------------------------------------
+
+
+async def test_replaying_the_completed_final_round_returns_the_same_order_and_creates_no_other(
+    mcp_client: McpClientFactory, database: Database
+) -> None:
+    async with mcp_client(elicitation_callback=ScriptedUser(confirms(True))) as client:
+        cart_id = await _cart(client, {"coat-rain-yellow": 1})
+        first = await _round_one(client, cart_id)
+        placed = await _final_round(client, cart_id, first.request_state)
+        replayed = await _final_round(client, cart_id, first.request_state)  # e.g. the response was lost
+        assert isinstance(placed, CallToolResult)
+        assert isinstance(replayed, CallToolResult)
+        assert not replayed.is_error
+        assert replayed.structured_content == placed.structured_content
+        assert _text(replayed) == _text(placed)
+    assert await _orders_for(database, cart_id) == 1
+
+
+async def test_the_spent_state_with_a_different_answer_is_refused_naming_the_order(
+    mcp_client: McpClientFactory, database: Database
+) -> None:
+    async with mcp_client(elicitation_callback=ScriptedUser(confirms(True))) as client:
+        cart_id = await _cart(client, {"coat-rain-yellow": 1})
+        first = await _round_one(client, cart_id)
+        placed = await _final_round(client, cart_id, first.request_state)
+        assert isinstance(placed, CallToolResult)
+        assert placed.structured_content is not None
+        order_id = placed.structured_content["order_id"]
+        for answer in (ElicitResult(action="decline"), confirms(False)):
+            reused = await _final_round(client, cart_id, first.request_state, answer)
+            assert isinstance(reused, CallToolResult)
+            assert reused.is_error
+            assert _text(reused).endswith(
+                f"This confirmation was already used to place order {order_id} and cannot be used again; "
+                "use order_view to see the order."
+            )
+    assert await _orders_for(database, cart_id) == 1
+
+
+async def test_concurrent_identical_final_rounds_produce_one_order_and_every_caller_gets_it(
+    mcp_client: McpClientFactory, database: Database
+) -> None:
+    async with mcp_client(elicitation_callback=ScriptedUser(confirms(True))) as client:
+        cart_id = await _cart(client, {"coat-wool-navy": 1, "umbrella-compact": 2})
+        first = await _round_one(client, cart_id)
+        results = await asyncio.gather(*(_final_round(client, cart_id, first.request_state) for _ in range(6)))
+    assert all(isinstance(r, CallToolResult) and not r.is_error for r in results)
+    contents = {str(r.structured_content) for r in results if isinstance(r, CallToolResult)}
+    assert len(contents) == 1
+    assert await _orders_for(database, cart_id) == 1
+
+
+async def test_two_confirmations_of_one_cart_racing_place_one_order_and_the_other_is_told_which(
+    mcp_client: McpClientFactory, database: Database
+) -> None:
+    async with mcp_client(elicitation_callback=ScriptedUser(confirms(True))) as client:
+        cart_id = await _cart(client, {"scarf-cashmere": 1})
+        states = [(await _round_one(client, cart_id)).request_state for _ in range(3)]
+        assert len(set(states)) == 3
+        results = await asyncio.gather(*(_final_round(client, cart_id, state) for state in states))
+    finals = [r for r in results if isinstance(r, CallToolResult)]
+    assert len(finals) == 3
+    winners = [r.structured_content for r in finals if not r.is_error]
+    assert len(winners) == 1
+    assert winners[0] is not None
+    order_id = winners[0]["order_id"]
+    refusals = {_text(r).removeprefix("Error executing tool cart_checkout: ") for r in finals if r.is_error}
+    assert refusals == {
+        f"This cart is already checked out (order {order_id}); use order_view to see the order, "
+        "or cart_create to start a new cart."
+    }
+    assert await _orders_for(database, cart_id) == 1
+
+
+# --- requestState protection -----------------------------------------------------------------------------------
+
+
+async def test_a_tampered_state_is_rejected_before_the_tool_runs(
+    mcp_client: McpClientFactory, database: Database, http: httpx.Client, server: RunningServer, devidp: DevIdP
+) -> None:
+    username = f"tamper-{uuid.uuid4().hex[:6]}"
+    async with mcp_client(username, elicitation_callback=ScriptedUser(confirms(True))) as client:
+        cart_id = await _cart(client, {"hat-beanie": 1})
+        first = await _round_one(client, cart_id)
+        assert first.request_state is not None
+        tampered = flip_one_character(first.request_state)
+        assert tampered != first.request_state
+        with pytest.raises(MCPError) as caught:
+            await _final_round(client, cart_id, tampered)
+        assert (caught.value.code, caught.value.message) == (-32602, INVALID_STATE)
+
+    token = await devidp.token(username, resource=server.mcp_url)
+    params = {
+        "name": "cart_checkout",
+        "arguments": {"cart_id": cart_id},
+        "inputResponses": {"confirm": {"action": "accept", "content": {"confirm": True}}},
+        "requestState": tampered,
+    }
+    response = post(http, server.mcp_url, "tools/call", params, token=token, capabilities={"elicitation": {}})
+    assert response.status_code == 400
+    error = response_message(response)["error"]
+    assert error == {"code": -32602, "message": INVALID_STATE, "data": {"reason": "invalid_request_state"}}
+    assert await _orders_for(database, cart_id) == 0
+
+
+async def test_another_principal_replaying_the_state_is_rejected(
+    mcp_client: McpClientFactory, database: Database
+) -> None:
+    async with mcp_client("alice", elicitation_callback=ScriptedUser(confirms(True))) as alice:
+        cart_id = await _cart(alice, {"hat-beanie": 1})
+        first = await _round_one(alice, cart_id)
+    async with mcp_client("bob", elicitation_callback=ScriptedUser(confirms(True))) as bob:
+        with pytest.raises(MCPError) as caught:
+            await _final_round(bob, cart_id, first.request_state)
+    assert (caught.value.code, caught.value.message) == (-32602, INVALID_STATE)
+    assert await _orders_for(database, cart_id) == 0
+
+
+async def test_the_state_is_bound_to_cart_checkout_and_to_its_cart(
+    mcp_client: McpClientFactory, database: Database
+) -> None:
+    async with mcp_client(elicitation_callback=ScriptedUser(confirms(True))) as client:
+        cart_id = await _cart(client, {"hat-beanie": 1})
+        other_cart = await _cart(client, {"hat-beanie": 1})
+        first = await _round_one(client, cart_id)
+        for tool, arguments in [("cart_checkout", other_cart), ("cart_view", cart_id), ("cart_delete", cart_id)]:
+            with pytest.raises(MCPError) as caught:
+                await _final_round(client, arguments, first.request_state, tool=tool)
+            assert (caught.value.code, caught.value.message) == (-32602, INVALID_STATE), tool
+        assert await _status(client, cart_id) == ("open", 2)
+        assert await _status(client, other_cart) == ("open", 2)
+    assert await _orders_for(database, cart_id) == await _orders_for(database, other_cart) == 0
+
+
+async def test_an_expired_state_is_rejected_and_places_nothing(
+    server_env: dict[str, str], public_url: str, devidp: DevIdP, server: RunningServer, database: Database
+) -> None:
+    token = await devidp.token(f"slow-{uuid.uuid4().hex[:6]}", resource=server.mcp_url)
+    with another_instance(server_env, public_url=public_url, REQUEST_STATE_TTL_SECONDS="3") as short_lived:
+        async with connect(short_lived.mcp_url, token, elicitation_callback=ScriptedUser(confirms(True))) as client:
+            cart_id = await _cart(client, {"hat-beanie": 1})
+            first = await _round_one(client, cart_id)
+            outcomes: list[CallToolResult | MCPError] = []
+
+            async def rejected() -> bool:
+                # A declining retry writes nothing, so it can probe the state until it expires.
+                try:
+                    result = await _final_round(client, cart_id, first.request_state, ElicitResult(action="decline"))
+                except MCPError as exc:
+                    outcomes.append(exc)
+                    return True
+                assert isinstance(result, CallToolResult)
+                outcomes.append(result)
+                return False
+
+            await eventually(rejected, within=20, what="the 3-second requestState to expire")
+            *before, expired = outcomes
+            assert isinstance(expired, MCPError)
+            assert (expired.code, expired.message) == (-32602, INVALID_STATE)
+            assert before, "the state should have been accepted before it expired"
+            assert {_text(r) for r in before if isinstance(r, CallToolResult)} == {CANCELLED}
+            with pytest.raises(MCPError) as caught:
+                await _final_round(client, cart_id, first.request_state)
+            assert caught.value.code == -32602
+    assert await _orders_for(database, cart_id) == 0
+
+
+# --- any instance, key rotation ----------------------------------------------------------------------------------
+
+
+async def test_round_one_on_one_instance_and_round_two_on_another_places_the_order(
+    server_env: dict[str, str], public_url: str, devidp: DevIdP, server: RunningServer, database: Database
+) -> None:
+    token = await devidp.token(f"roamer-{uuid.uuid4().hex[:6]}", resource=server.mcp_url)
+    user = ScriptedUser(confirms(True))
+    with another_instance(server_env, public_url=public_url) as second:
+        assert second.base_url != server.base_url
+        async with connect(server.mcp_url, token, elicitation_callback=user) as on_first:
+            cart_id = await _cart(on_first, {"gloves-leather": 2})
+            first = await _round_one(on_first, cart_id)
+        async with connect(second.mcp_url, token, elicitation_callback=user) as on_second:
+            placed = await _final_round(on_second, cart_id, first.request_state)
+            assert isinstance(placed, CallToolResult)
+            assert placed.structured_content is not None
+            assert (placed.structured_content["status"], placed.structured_content["total_cents"]) == ("placed", 8400)
+        async with connect(server.mcp_url, token, elicitation_callback=user) as on_first:
+            replayed = await _final_round(on_first, cart_id, first.request_state)
+            assert isinstance(replayed, CallToolResult)
+            assert replayed.structured_content == placed.structured_content
+    assert await _orders_for(database, cart_id) == 1
+
+
+async def test_a_state_sealed_under_the_old_key_is_accepted_after_rotating_to_new_old(
+    server_env: dict[str, str], public_url: str, devidp: DevIdP, server: RunningServer, database: Database
+) -> None:
+    old, new = secrets.token_urlsafe(32), secrets.token_urlsafe(32)
+    token = await devidp.token(f"rotating-{uuid.uuid4().hex[:6]}", resource=server.mcp_url)
+    user = ScriptedUser(confirms(True))
+    with another_instance(server_env, public_url=public_url, REQUEST_STATE_KEYS=old) as before:
+        async with connect(before.mcp_url, token, elicitation_callback=user) as client:
+            cart_id = await _cart(client, {"hanger-cedar": 3})
+            first = await _round_one(client, cart_id)
+    with another_instance(server_env, public_url=public_url, REQUEST_STATE_KEYS=f"{new},{old}") as after:
+        async with connect(after.mcp_url, token, elicitation_callback=user) as client:
+            placed = await _final_round(client, cart_id, first.request_state)
+    assert isinstance(placed, CallToolResult)
+    assert placed.structured_content is not None
+    assert (placed.structured_content["status"], placed.structured_content["total_cents"]) == ("placed", 2700)
+    assert await _orders_for(database, cart_id) == 1
+
+    # The session server never held `old`: the same state means nothing to it.
+    async with connect(server.mcp_url, token, elicitation_callback=user) as client:
+        with pytest.raises(MCPError) as caught:
+            await _final_round(client, cart_id, first.request_state)
+    assert caught.value.code == -32602
+
+
+# --- clients that cannot take part --------------------------------------------------------------------------------
+
+
+async def test_a_client_without_form_elicitation_gets_missing_capability_not_a_form(
+    mcp_client: McpClientFactory, database: Database, http: httpx.Client, server: RunningServer, devidp: DevIdP
+) -> None:
+    username = f"formless-{uuid.uuid4().hex[:6]}"
+    async with mcp_client(username) as client:  # no elicitation callback: no elicitation capability declared
+        cart_id = await _cart(client, {"hat-beanie": 1})
+        with pytest.raises(MCPError) as caught:
+            await client.session.call_tool("cart_checkout", {"cart_id": cart_id}, allow_input_required=True)
+    assert caught.value.code == -32021
+    assert caught.value.data == {"requiredCapabilities": {"elicitation": {"form": {}}}}
+
+    token = await devidp.token(username, resource=server.mcp_url)
+    for capabilities in ({}, {"elicitation": {"url": {}}}, {"sampling": {}}):
+        params = {"name": "cart_checkout", "arguments": {"cart_id": cart_id}}
+        response = post(http, server.mcp_url, "tools/call", params, token=token, capabilities=capabilities)
+        assert response.status_code == 400, capabilities
+        error = response_message(response)["error"]
+        assert error["code"] == -32021
+        assert isinstance(error["data"]["requiredCapabilities"]["elicitation"], dict)
+        assert "inputRequests" not in response.text
+    for capabilities in ({"elicitation": {}}, {"elicitation": {"form": {}}}):
+        params = {"name": "cart_checkout", "arguments": {"cart_id": cart_id}}
+        response = post(http, server.mcp_url, "tools/call", params, token=token, capabilities=capabilities)
+        result = response_message(response)["result"]
+        assert result["resultType"] == "input_required"
+        assert result["inputRequests"]["confirm"]["params"]["mode"] == "form"
+    assert await _orders_for(database, cart_id) == 0
+
+
+async def test_a_legacy_client_keeps_the_cart_tools_and_gets_a_clear_error_from_checkout(
+    mcp_client: McpClientFactory, database: Database
+) -> None:
+    user = ScriptedUser(confirms(True))
+    async with mcp_client(mode="legacy", elicitation_callback=user) as client:
+        assert client.protocol_version == "2025-11-25"
+        cart_id = await _cart(client, {"hat-beanie": 2})
+        result = await asyncio.wait_for(client.call_tool("cart_checkout", {"cart_id": cart_id}), timeout=15)
+        assert result.is_error
+        assert "needs an MCP client that speaks protocol 2026-07-28" in _text(result)
+        assert "this client speaks 2025-11-25" in _text(result)
+        assert await _status(client, cart_id) == ("open", 2)
+    assert user.questions == []  # never a pushed elicitation
+    assert await _orders_for(database, cart_id) == 0
+
+
+# --- order tools ----------------------------------------------------------------------------------------------------
+
+
+async def test_another_principal_cannot_see_an_order_and_gets_the_made_up_handle_error(
+    mcp_client: McpClientFactory,
+) -> None:
+    made_up = "ord_" + "Z" * 32
+    async with mcp_client("order-owner", elicitation_callback=ScriptedUser(confirms(True))) as owner:
+        cart_id = await _cart(owner, {"hat-beanie": 1})
+        placed = await owner.call_tool("cart_checkout", {"cart_id": cart_id})
+        assert placed.structured_content is not None
+        order_id = placed.structured_content["order_id"]
+    async with mcp_client("order-snoop", elicitation_callback=ScriptedUser(confirms(True))) as snoop:
+        foreign = await snoop.call_tool("order_view", {"order_id": order_id})
+        unknown = await snoop.call_tool("order_view", {"order_id": made_up})
+        assert foreign.is_error
+        assert unknown.is_error
+        assert _text(foreign).replace(order_id, "<id>") == _text(unknown).replace(made_up, "<id>")
+        assert _text(unknown).endswith(
+            f"No order with id '{made_up}' exists for you; use order_list to see your orders."
+        )
+        assert order_id not in str(await _ok(snoop, "order_list"))
+        checkout = await snoop.call_tool("cart_checkout", {"cart_id": cart_id})
+        assert checkout.is_error
+        assert "No cart with id" in _text(checkout)

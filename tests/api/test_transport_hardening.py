@@ -1,0 +1,317 @@
+"""What an operator relies on at the HTTP edge: real hostnames behind a proxy, discover and cache hints,
+routing-header validation, a request-size limit, and a bounded shutdown with requests in flight."""
+
+import asyncio
+import contextlib
+import json
+import signal
+import socket
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+import pytest
+
+from api.settings import Settings
+from tests.support.devidp import DevIdP
+from tests.support.server import RunningServer, run_server
+from tests.support.waiting import free_port
+from tests.support.wire import PROTOCOL_VERSION, modern_request, post, response_message
+
+CACHEABLE = ("server/discover", "tools/list", "prompts/list", "resources/list", "resources/templates/list")
+
+
+@pytest.fixture
+def http() -> Iterator[httpx.Client]:
+    with httpx.Client(timeout=15.0) as client:
+        yield client
+
+
+@pytest.fixture
+async def token(devidp: DevIdP, server: RunningServer) -> str:
+    return await devidp.token(f"edge-{uuid.uuid4().hex[:8]}", resource=server.mcp_url)
+
+
+def _error(response: httpx.Response) -> dict[str, Any]:
+    body: dict[str, Any] = response.json()
+    assert isinstance(body["error"], dict)
+    return body
+
+
+# --- a real domain behind a reverse proxy ----------------------------------------------------------
+
+PUBLIC_HOST = "mcp.example.com"
+
+
+@pytest.fixture(scope="module")
+def proxied_server(server_env: dict[str, str]) -> Iterator[RunningServer]:
+    """A server whose PUBLIC_URL is a TLS domain; the proxy in front keeps the Host header."""
+    env = {
+        **server_env,
+        "ALLOWED_HOSTS": "coatcheck.internal:8080",
+        "ALLOWED_ORIGINS": "https://app.example.com",
+    }
+    with run_server(env, port=free_port(), public_url=f"https://{PUBLIC_HOST}") as running:
+        yield running
+
+
+@pytest.fixture
+async def proxied_token(devidp: DevIdP) -> str:
+    # What the IdP issues for the public resource https://mcp.example.com/mcp.
+    return await devidp.token("edge-proxied", resource=devidp.resources[0], audience=f"https://{PUBLIC_HOST}/mcp")
+
+
+@pytest.mark.parametrize("host", [PUBLIC_HOST, "coatcheck.internal:8080"])
+def test_requests_for_the_public_domain_or_an_extra_allowed_host_are_served(
+    http: httpx.Client, proxied_server: RunningServer, proxied_token: str, host: str
+) -> None:
+    response = post(http, proxied_server.mcp_url, "tools/list", token=proxied_token, extra_headers={"Host": host})
+    assert response.status_code == 200
+    assert response_message(response)["result"]["tools"]
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "mcp.example.com.evil.test", "localhost:8000"])
+def test_any_other_host_is_refused_even_with_a_valid_token(
+    http: httpx.Client, proxied_server: RunningServer, proxied_token: str, host: str
+) -> None:
+    response = post(http, proxied_server.mcp_url, "tools/list", token=proxied_token, extra_headers={"Host": host})
+    assert response.status_code == 421
+
+
+@pytest.mark.parametrize(
+    ("origin", "status"),
+    [(f"https://{PUBLIC_HOST}", 200), ("https://app.example.com", 200), ("https://evil.example", 403), ("null", 403)],
+)
+def test_browser_origins_are_checked_against_the_public_url_and_allowed_origins(
+    http: httpx.Client, proxied_server: RunningServer, proxied_token: str, origin: str, status: int
+) -> None:
+    headers = {"Host": PUBLIC_HOST, "Origin": origin}
+    response = post(http, proxied_server.mcp_url, "tools/list", token=proxied_token, extra_headers=headers)
+    assert response.status_code == status
+
+
+def test_the_auth_challenge_and_resource_metadata_name_the_public_url(
+    http: httpx.Client, proxied_server: RunningServer
+) -> None:
+    challenge = post(http, proxied_server.mcp_url, "tools/list", extra_headers={"Host": PUBLIC_HOST})
+    assert challenge.status_code == 401
+    expected = f'resource_metadata="https://{PUBLIC_HOST}/.well-known/oauth-protected-resource/mcp"'
+    assert expected in challenge.headers["www-authenticate"]
+    document = http.get(f"{proxied_server.base_url}/.well-known/oauth-protected-resource/mcp").json()
+    assert document["resource"] == f"https://{PUBLIC_HOST}/mcp"
+
+
+# --- server/discover and cache hints ---------------------------------------------------------------
+
+
+def test_discover_names_the_version_capabilities_and_server_with_cache_hints(
+    http: httpx.Client, server: RunningServer, token: str
+) -> None:
+    result = response_message(post(http, server.mcp_url, "server/discover", token=token))["result"]
+    assert result["resultType"] == "complete"
+    assert result["supportedVersions"] == [PROTOCOL_VERSION]
+    assert "tools" in result["capabilities"]
+    assert result["_meta"]["io.modelcontextprotocol/serverInfo"]["name"] == "coatcheck"
+    assert result["instructions"]
+
+
+@pytest.mark.parametrize("method", CACHEABLE)
+def test_every_cacheable_result_carries_valid_private_cache_hints(
+    http: httpx.Client, server: RunningServer, token: str, method: str
+) -> None:
+    result = response_message(post(http, server.mcp_url, method, token=token))["result"]
+    assert isinstance(result["ttlMs"], int)
+    assert result["ttlMs"] >= 0
+    # Everything is behind per-user auth, so no shared cache may reuse an answer across users.
+    assert result["cacheScope"] == "private"
+
+
+# --- Mcp-Method / Mcp-Name / MCP-Protocol-Version validation ---------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("method", "params", "header_changes"),
+    [
+        ("tools/list", None, {"Mcp-Method": "prompts/list"}),
+        ("tools/list", None, {"Mcp-Method": "TOOLS/LIST"}),
+        ("tools/list", None, {"Mcp-Method": None}),
+        ("tools/call", {"name": "cart_create", "arguments": {}}, {"Mcp-Name": "cart_list"}),
+        ("tools/call", {"name": "cart_create", "arguments": {}}, {"Mcp-Name": None}),
+        ("tools/list", None, {"MCP-Protocol-Version": "2026-07-28", "_meta_version": "2099-01-01"}),
+    ],
+    ids=["method-mismatch", "method-case", "method-missing", "name-mismatch", "name-missing", "version-mismatch"],
+)
+def test_routing_headers_that_disagree_with_the_body_get_400_header_mismatch(
+    http: httpx.Client,
+    server: RunningServer,
+    token: str,
+    method: str,
+    params: dict[str, Any] | None,
+    header_changes: dict[str, str | None],
+) -> None:
+    headers, body = modern_request(method, params)
+    headers["Authorization"] = f"Bearer {token}"
+    changes = dict(header_changes)
+    if "_meta_version" in changes:
+        body["params"]["_meta"]["io.modelcontextprotocol/protocolVersion"] = changes.pop("_meta_version")
+    for name, value in changes.items():
+        if value is None:
+            headers.pop(name, None)
+        else:
+            headers[name] = value
+    carts_before = _cart_count(http, server, token)
+
+    response = http.post(server.mcp_url, headers=headers, json=body)
+
+    assert response.status_code == 400
+    error = _error(response)
+    assert error["error"]["code"] == -32020
+    assert error["id"] == body["id"]
+    assert _cart_count(http, server, token) == carts_before  # the mismatched call did not run
+
+
+def _cart_count(http: httpx.Client, server: RunningServer, token: str) -> int:
+    result = response_message(post(http, server.mcp_url, "tools/call", {"name": "cart_list"}, token=token))
+    return len(result["result"]["structuredContent"]["carts"])
+
+
+def test_a_routing_header_with_surrounding_whitespace_is_accepted(server: RunningServer, token: str) -> None:
+    headers, body = modern_request("tools/call", {"name": "cart_list", "arguments": {}})
+    headers.update({"Authorization": f"Bearer {token}", "Mcp-Name": "  cart_list\t"})
+    # httpx will not send such a value, so this one goes over a plain socket.
+    assert _raw_post_status(server.mcp_url, headers, json.dumps(body).encode()) == 200
+
+
+def _raw_post_status(url: str, headers: dict[str, str], body: bytes) -> int:
+    parts = urlsplit(url)
+    lines = [
+        f"POST {parts.path} HTTP/1.1",
+        f"Host: {parts.netloc}",
+        f"Content-Length: {len(body)}",
+        "Connection: close",
+    ]
+    lines += [f"{name}:{value}" for name, value in headers.items()]
+    with socket.create_connection((parts.hostname, parts.port), timeout=15.0) as sock:
+        sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body)
+        status_line = sock.makefile("rb").readline().decode("latin-1")
+    return int(status_line.split()[1])
+
+
+# --- request size limit ----------------------------------------------------------------------------
+
+
+def test_the_default_request_body_limit_is_one_mebibyte() -> None:
+    assert Settings.model_fields["max_request_body_bytes"].default == 1024 * 1024
+
+
+SMALL_LIMIT = 4096
+
+
+@pytest.fixture(scope="module")
+def small_limit_server(server_env: dict[str, str]) -> Iterator[RunningServer]:
+    port = free_port()
+    env = {**server_env, "MAX_REQUEST_BODY_BYTES": str(SMALL_LIMIT)}
+    with run_server(env, port=port, public_url=f"http://127.0.0.1:{port}") as running:
+        yield running
+
+
+@pytest.fixture
+async def small_limit_token(devidp: DevIdP, small_limit_server: RunningServer) -> str:
+    return await devidp.token("edge-limit", resource=devidp.resources[0], audience=small_limit_server.mcp_url)
+
+
+def _padded_request(size: int) -> tuple[dict[str, str], bytes]:
+    """A valid tools/list request whose JSON body is exactly ``size`` bytes (padding in an ignored param)."""
+    headers, body = modern_request("tools/list")
+    body["params"]["padding"] = ""
+    overhead = len(json.dumps(body).encode())
+    body["params"]["padding"] = "x" * (size - overhead)
+    encoded = json.dumps(body).encode()
+    assert len(encoded) == size
+    return headers, encoded
+
+
+@pytest.mark.parametrize("authenticated", [True, False])
+def test_a_body_over_the_limit_is_refused_with_413_before_anything_else(
+    http: httpx.Client, small_limit_server: RunningServer, small_limit_token: str, authenticated: bool
+) -> None:
+    headers, content = _padded_request(SMALL_LIMIT + 1)
+    if authenticated:
+        headers["Authorization"] = f"Bearer {small_limit_token}"
+    response = http.post(small_limit_server.mcp_url, headers=headers, content=content)
+    assert response.status_code == 413
+    assert str(SMALL_LIMIT) in _error(response)["error"]["message"]
+
+
+def test_a_body_at_the_limit_is_served(
+    http: httpx.Client, small_limit_server: RunningServer, small_limit_token: str
+) -> None:
+    headers, content = _padded_request(SMALL_LIMIT)
+    headers["Authorization"] = f"Bearer {small_limit_token}"
+    response = http.post(small_limit_server.mcp_url, headers=headers, content=content)
+    assert response.status_code == 200
+    assert response_message(response)["result"]["tools"]
+
+
+@pytest.mark.parametrize("protocol_version", [PROTOCOL_VERSION, "2025-11-25"])
+def test_a_streamed_body_without_content_length_is_cut_off_at_the_limit(
+    http: httpx.Client, small_limit_server: RunningServer, small_limit_token: str, protocol_version: str
+) -> None:
+    headers, content = _padded_request(SMALL_LIMIT * 4)
+    headers.update({"Authorization": f"Bearer {small_limit_token}", "MCP-Protocol-Version": protocol_version})
+
+    def chunks() -> Iterator[bytes]:
+        for start in range(0, len(content), 1024):
+            yield content[start : start + 1024]
+
+    response = http.post(small_limit_server.mcp_url, headers=headers, content=chunks())
+    assert "content-length" not in response.request.headers
+    assert response.status_code == 413
+
+
+# --- bounded shutdown ------------------------------------------------------------------------------
+
+SHUTDOWN_TIMEOUT = 2
+EXIT_MARGIN = 8.0  # process start-up noise on a loaded machine, not part of the contract
+
+
+async def test_sigterm_with_a_request_in_flight_exits_within_the_shutdown_timeout(
+    server_env: dict[str, str], devidp: DevIdP
+) -> None:
+    port = free_port()
+    env = {**server_env, "SHUTDOWN_TIMEOUT_SECONDS": str(SHUTDOWN_TIMEOUT)}
+    with run_server(env, port=port, public_url=f"http://127.0.0.1:{port}") as running:
+        token = await devidp.token("edge-shutdown", resource=devidp.resources[0], audience=running.mcp_url)
+        headers, body = modern_request("subscriptions/listen", {"notifications": {"toolsListChanged": True}})
+        headers["Authorization"] = f"Bearer {token}"
+        # A listen stream never finishes on its own: the slowest request there is.
+        async with (
+            httpx.AsyncClient(timeout=httpx.Timeout(30.0)) as http,
+            http.stream("POST", running.mcp_url, headers=headers, json=body) as stream,
+        ):
+            assert stream.status_code == 200
+            lines = stream.aiter_lines()
+            async for line in lines:
+                if "notifications/subscriptions/acknowledged" in line:
+                    break
+
+            started = time.monotonic()
+            running.process.send_signal(signal.SIGTERM)
+            # The server ends the stream when the grace period is over (abruptly: it is cancelled).
+            with contextlib.suppress(httpx.RemoteProtocolError, httpx.ReadError):
+                async for _ in lines:
+                    pass
+            exit_code = await asyncio.to_thread(running.process.wait, SHUTDOWN_TIMEOUT + EXIT_MARGIN)
+            elapsed = time.monotonic() - started
+
+    # uvicorn shuts down, then re-raises the captured SIGTERM so the exit status tells how it ended.
+    assert exit_code == -signal.SIGTERM
+    assert elapsed < SHUTDOWN_TIMEOUT + EXIT_MARGIN
+    log = running.log_text()
+    assert "Waiting for connections to close" in log
+    assert "timeout graceful shutdown exceeded" in log
+    assert "Waiting for application shutdown" in log
+    assert "Finished server process" in log

@@ -1,0 +1,122 @@
+"""Run a Coatcheck process behind the test-only token proxy (``tests/conformance/token_proxy.py``).
+
+The proxy adds a real dev-IdP access token to
+every request and changes nothing else. The proxy's address is the server's ``PUBLIC_URL``, as it
+would be behind a real reverse proxy, so the Host/Origin allow-list the server derives from it is
+the one the suite's DNS-rebinding probes hit.
+"""
+
+import contextlib
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from tests.support.devidp import DevIdP
+from tests.support.waiting import free_port, wait_until
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+STARTUP_TIMEOUT = 30.0
+STOP_TIMEOUT = 15.0
+
+
+@dataclass(frozen=True)
+class ProxiedServer:
+    """A Coatcheck process behind the token proxy."""
+
+    public_url: str  # the proxy: what clients (and the suite) talk to; also the server's PUBLIC_URL
+    upstream_url: str  # the Coatcheck process itself
+    token: str
+    exchange_log: Path
+    server_log: Path
+
+    @property
+    def mcp_url(self) -> str:
+        return f"{self.public_url}/mcp"
+
+    def exchanges(self) -> list[dict[str, Any]]:
+        """What the server answered to each request the proxy forwarded, oldest first."""
+        if not self.exchange_log.exists():
+            return []
+        return [json.loads(line) for line in self.exchange_log.read_text().splitlines() if line.strip()]
+
+    def server_log_text(self) -> str:
+        return self.server_log.read_text(errors="replace")
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    if process.poll() is not None:
+        return
+    process.terminate()
+    try:
+        process.wait(timeout=STOP_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
+def _answers(url: str, *processes: subprocess.Popen[bytes]) -> bool:
+    for process in processes:
+        if process.poll() is not None:
+            raise RuntimeError(f"{process.args!r} exited with {process.returncode} before answering")
+    try:
+        return httpx.get(url, timeout=1.0).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+@contextlib.contextmanager
+def run_behind_token_proxy(
+    server_command: list[str], server_env: dict[str, str], *, token: str, proxy_port: int, workdir: Path
+) -> Iterator[ProxiedServer]:
+    """Start the server command on a free port and the token proxy on ``proxy_port`` in front of it."""
+    upstream_port = free_port()
+    public_url = f"http://127.0.0.1:{proxy_port}"
+    server_log = workdir / "server.log"
+    exchange_log = workdir / "exchanges.jsonl"
+    with server_log.open("wb") as server_out, (workdir / "proxy.log").open("wb") as proxy_out:
+        server = subprocess.Popen(
+            [*server_command, "--host", "127.0.0.1", "--port", str(upstream_port)],
+            env={**os.environ, **server_env, "PUBLIC_URL": public_url},
+            stdout=server_out,
+            stderr=subprocess.STDOUT,
+            cwd=REPO_ROOT,
+        )
+        proxy = subprocess.Popen(
+            [sys.executable, "-m", "tests.conformance.token_proxy", "--port", str(proxy_port)],
+            env={
+                **os.environ,
+                "PROXY_UPSTREAM": f"http://127.0.0.1:{upstream_port}",
+                "PROXY_BEARER_TOKEN": token,
+                "PROXY_EXCHANGE_LOG": str(exchange_log),
+            },
+            stdout=proxy_out,
+            stderr=subprocess.STDOUT,
+            cwd=REPO_ROOT,
+        )
+        running = ProxiedServer(public_url, f"http://127.0.0.1:{upstream_port}", token, exchange_log, server_log)
+        try:
+            try:
+                wait_until(
+                    lambda: _answers(f"{public_url}/healthz", server, proxy),
+                    timeout=STARTUP_TIMEOUT,
+                    what=f"{server_command!r} behind the token proxy",
+                )
+            except (RuntimeError, TimeoutError) as exc:
+                raise RuntimeError(f"{exc}\n--- server log ---\n{running.server_log_text()}") from None
+            exchange_log.unlink(missing_ok=True)  # keep only what the tests send
+            yield running
+        finally:
+            _stop(proxy)
+            _stop(server)
+
+
+async def proxy_token(devidp: DevIdP, public_url: str) -> str:
+    # A token the dev IdP signs for the MCP resource as clients see it: the proxy's URL.
+    return await devidp.token("conformance-suite", resource=devidp.resources[0], audience=f"{public_url}/mcp")

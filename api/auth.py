@@ -2,7 +2,7 @@
 
 Access tokens are JWTs (RS256 or ES256) from ``OIDC_ISSUER``, checked against the
 issuer's JWKS (cached; refetched when an unknown ``kid`` appears, at most once per
-``_REFETCH_INTERVAL``), with ``iss`` equal to the issuer, an audience containing the
+``refetch_interval``), with ``iss`` equal to the issuer, an audience containing the
 MCP resource URL (RFC 8707), and ``exp``/``nbf`` within a small leeway. The principal
 is (issuer, subject); nothing else in the token or the request is identity.
 """
@@ -10,6 +10,7 @@ is (issuer, subject); nothing else in the token or the request is identity.
 import asyncio
 import hashlib
 import logging
+import math
 import time
 from collections import OrderedDict
 from typing import Any
@@ -25,7 +26,7 @@ from store.principal import Principal
 logger = logging.getLogger(__name__)
 
 ALGORITHMS = ("RS256", "ES256")
-_REFETCH_INTERVAL = 30.0
+DEFAULT_REFETCH_INTERVAL = 10.0
 
 
 def canonical_resource(url: str) -> str:
@@ -38,27 +39,36 @@ def canonical_resource(url: str) -> str:
 class JwksCache:
     """The issuer's signing keys, discovered through its metadata and cached in memory."""
 
-    def __init__(self, issuer: str, http: httpx2.AsyncClient, ttl: float, internal_url: str | None = None) -> None:
+    def __init__(
+        self,
+        issuer: str,
+        http: httpx2.AsyncClient,
+        ttl: float,
+        internal_url: str | None = None,
+        refetch_interval: float = DEFAULT_REFETCH_INTERVAL,
+    ) -> None:
         self._issuer = issuer
+        self._refetch_interval = refetch_interval
         self._fetch_base = internal_url or issuer
         self._http = http
         self._ttl = ttl
         self._keys: dict[str, jwt.PyJWK] = {}
-        self._fetched_at = 0.0
+        self._fetched_at = -math.inf  # never fetched
         self._jwks_uri: str | None = None
         self._lock = asyncio.Lock()
 
     async def key(self, kid: str) -> jwt.PyJWK | None:
         """The key with ``kid``, refreshing the cache when stale or when the kid is new."""
         now = time.monotonic()
-        if now - self._fetched_at > self._ttl or (kid not in self._keys and now - self._fetched_at > _REFETCH_INTERVAL):
-            await self._refresh()
+        stale = now - self._fetched_at > self._ttl
+        if stale or (kid not in self._keys and now - self._fetched_at > self._refetch_interval):
+            await self._refresh(since=now)
         return self._keys.get(kid)
 
-    async def _refresh(self) -> None:
+    async def _refresh(self, since: float) -> None:
         async with self._lock:
-            if time.monotonic() - self._fetched_at < 1.0:
-                return  # another task refreshed while we waited
+            if self._fetched_at > since:
+                return  # another task refreshed while we waited for the lock
             try:
                 if self._jwks_uri is None:
                     self._jwks_uri = await self._discover_jwks_uri()

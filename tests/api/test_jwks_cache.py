@@ -1,0 +1,130 @@
+"""The verifier follows the issuer's key rotation: unknown kids trigger a (rate-limited) JWKS refetch.
+
+A real HTTP server plays the issuer's metadata and JWKS endpoints, so the cache is exercised over the wire.
+"""
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import httpx2
+import jwt
+import pytest
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
+
+from api.auth import JwksCache, JwtVerifier
+from tests.support.waiting import free_port
+
+RESOURCE = "https://coatcheck.test/mcp"
+
+
+@dataclass
+class FakeIssuer:
+    """Serves discovery and a JWKS that a test can swap; counts JWKS fetches."""
+
+    url: str
+    keys: list[dict[str, Any]] = field(default_factory=list)
+    jwks_fetches: int = 0
+
+
+@pytest.fixture
+def issuer() -> Iterator[FakeIssuer]:
+    port = free_port()
+    state = FakeIssuer(url=f"http://127.0.0.1:{port}")
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            if self.path == "/.well-known/openid-configuration":
+                body: dict[str, Any] = {"issuer": state.url, "jwks_uri": f"{state.url}/jwks"}
+            elif self.path == "/jwks":
+                state.jwks_fetches += 1
+                body = {"keys": state.keys}
+            else:
+                self.send_response(404)
+                self.end_headers()
+                return
+            data = json.dumps(body).encode()
+            self.send_response(200)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *_: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield state
+    server.shutdown()
+    server.server_close()
+
+
+def _key(kid: str, alg: str) -> tuple[Any, dict[str, Any]]:
+    private: Any = rsa.generate_private_key(65537, 2048) if alg == "RS256" else ec.generate_private_key(ec.SECP256R1())
+    algorithm = jwt.get_algorithm_by_name(alg)
+    public = json.loads(algorithm.to_jwk(private.public_key()))
+    return private, {**public, "kid": kid, "use": "sig", "alg": alg}
+
+
+def _token(private: Any, kid: str, alg: str, issuer: str, **claims: Any) -> str:
+    now = int(time.time())
+    payload = {"iss": issuer, "sub": "alice", "aud": RESOURCE, "exp": now + 300, "iat": now, **claims}
+    return jwt.encode(payload, private, algorithm=alg, headers={"kid": kid})
+
+
+async def test_a_token_signed_with_a_newly_published_key_is_accepted_after_one_refetch(issuer: FakeIssuer) -> None:
+    old_private, old_public = _key("k1", "RS256")
+    new_private, new_public = _key("k2", "ES256")
+    issuer.keys = [old_public]
+    async with httpx2.AsyncClient() as http:
+        verifier = JwtVerifier(
+            issuer=issuer.url,
+            resource=RESOURCE,
+            jwks=JwksCache(issuer.url, http, ttl=3600, refetch_interval=0.0),
+            leeway=0,
+        )
+        assert await verifier.verify_token(_token(old_private, "k1", "RS256", issuer.url)) is not None
+        assert issuer.jwks_fetches == 1
+
+        issuer.keys = [old_public, new_public]  # the issuer rotates in a new key
+        accepted = await verifier.verify_token(_token(new_private, "k2", "ES256", issuer.url))
+        assert accepted is not None
+        assert accepted.subject == "alice"
+        assert issuer.jwks_fetches == 2
+
+
+async def test_a_flood_of_unknown_kids_fetches_the_jwks_at_most_once_per_interval(issuer: FakeIssuer) -> None:
+    private, public = _key("k1", "RS256")
+    issuer.keys = [public]
+    async with httpx2.AsyncClient() as http:
+        verifier = JwtVerifier(
+            issuer=issuer.url,
+            resource=RESOURCE,
+            jwks=JwksCache(issuer.url, http, ttl=3600, refetch_interval=3600),
+            leeway=0,
+        )
+        assert await verifier.verify_token(_token(private, "k1", "RS256", issuer.url)) is not None
+        for n in range(20):
+            assert await verifier.verify_token(_token(private, f"unknown-{n}", "RS256", issuer.url)) is None
+    assert issuer.jwks_fetches == 1
+
+
+async def test_tokens_from_another_issuer_or_for_another_audience_are_rejected(issuer: FakeIssuer) -> None:
+    private, public = _key("k1", "RS256")
+    issuer.keys = [public]
+    async with httpx2.AsyncClient() as http:
+        verifier = JwtVerifier(
+            issuer=issuer.url, resource=RESOURCE, jwks=JwksCache(issuer.url, http, ttl=3600), leeway=0
+        )
+        assert await verifier.verify_token(_token(private, "k1", "RS256", "https://other.test")) is None
+        assert await verifier.verify_token(_token(private, "k1", "RS256", issuer.url, aud="https://x.test/mcp")) is None
+        assert await verifier.verify_token(_token(private, "k1", "RS256", issuer.url, sub="")) is None
+        # RFC 8707 resource comparison ignores the case of scheme and host and a trailing slash.
+        same = _token(private, "k1", "RS256", issuer.url, aud=["https://other.test", "HTTPS://Coatcheck.TEST/mcp/"])
+        assert await verifier.verify_token(same) is not None

@@ -1,11 +1,15 @@
-"""The ``coatcheck`` command: serve, migrate, seed-demo."""
+"""The ``coatcheck`` command: serve, migrate, seed-demo, keys rotate."""
 
 import argparse
 import asyncio
 import logging
 import sys
+from typing import TYPE_CHECKING
 
 from api.settings import Settings, SettingsError
+
+if TYPE_CHECKING:
+    from litestar import Litestar
 
 logger = logging.getLogger("coatcheck")
 
@@ -36,23 +40,37 @@ def _database_url_only() -> str:
         raise SystemExit(2) from None
 
 
-def _serve(args: argparse.Namespace) -> None:
+def configure_logging(settings: Settings) -> None:
+    """Root logging for the server process (a no-op if something configured it already)."""
+    logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+
+def run_http_server(app: "Litestar", settings: Settings, *, host: str, port: int) -> None:
+    """Serve ``app`` with uvicorn the way production does (also used by the test-only conformance profile).
+
+    On SIGTERM uvicorn stops accepting, lets in-flight requests run for up to
+    ``SHUTDOWN_TIMEOUT_SECONDS``, then cancels them and runs the app's shutdown.
+    """
     import uvicorn
 
-    from api.app import create_app
-
-    settings = _settings()
-    logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    app = create_app(settings)
+    configure_logging(settings)
     uvicorn.run(
         app,
-        host=args.host,
-        port=args.port,
+        host=host,
+        port=port,
         log_level=settings.log_level.lower(),
-        timeout_graceful_shutdown=10,
+        timeout_graceful_shutdown=settings.shutdown_timeout_seconds,
         proxy_headers=False,
         server_header=False,
     )
+
+
+def _serve(args: argparse.Namespace) -> None:
+    from api.app import create_app
+
+    settings = _settings()
+    configure_logging(settings)
+    run_http_server(create_app(settings), settings, host=args.host, port=args.port)
 
 
 def _migrate(_: argparse.Namespace) -> None:
@@ -77,6 +95,56 @@ def _seed_demo(_: argparse.Namespace) -> None:
     print(f"demo catalog loaded ({changed} products added or changed)")
 
 
+def _token_key_ring() -> list[bytes]:
+    # keys rotate needs only the token key ring and the database, not the server's other secrets.
+    from pydantic import SecretStr, ValidationError
+    from pydantic_settings import BaseSettings, SettingsConfigDict
+
+    from api.settings import check_secret_ring
+
+    class _KeySettings(BaseSettings):
+        model_config = SettingsConfigDict(env_file=".env", extra="ignore")
+        token_encryption_keys: SecretStr
+
+    try:
+        raw = _KeySettings().token_encryption_keys.get_secret_value()  # type: ignore[call-arg]
+        return check_secret_ring("TOKEN_ENCRYPTION_KEYS", raw)
+    except ValidationError:
+        message = "TOKEN_ENCRYPTION_KEYS is not set"
+    except ValueError as exc:
+        message = str(exc)  # names the variable and the key's position, never its value
+    print(f"coatcheck: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def _keys_rotate(_: argparse.Namespace) -> None:
+    from store.connections import count_stale, reencrypt_all
+    from store.crypto import TokenCipher
+    from store.db import Database
+
+    cipher = TokenCipher(_token_key_ring())
+    url = _database_url_only()
+    logging.basicConfig(level="INFO", format="%(levelname)s %(name)s: %(message)s")
+
+    async def run() -> tuple[int, int]:
+        database = Database.connect(url)
+        try:
+            # A connection outside a transaction: each batch commits on its own, so row locks stay short.
+            async with database.engine.connect() as conn:
+                done = await reencrypt_all(conn, cipher)
+                stale = await count_stale(conn, cipher)
+                await conn.rollback()
+                return done, stale
+        finally:
+            await database.dispose()
+
+    done, stale = asyncio.run(run())
+    print(f"re-encrypted {done} rows under the newest key")
+    if stale:
+        print(f"coatcheck: {stale} rows are sealed under keys not in TOKEN_ENCRYPTION_KEYS", file=sys.stderr)
+        raise SystemExit(1)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point of the ``coatcheck`` console script."""
     parser = argparse.ArgumentParser(prog="coatcheck", description="Coatcheck MCP server")
@@ -87,6 +155,12 @@ def main(argv: list[str] | None = None) -> None:
     serve.set_defaults(run=_serve)
     commands.add_parser("migrate", help="alembic upgrade head against DATABASE_URL").set_defaults(run=_migrate)
     commands.add_parser("seed-demo", help="load the demo catalog (idempotent)").set_defaults(run=_seed_demo)
+    keys = commands.add_parser("keys", help="manage the token encryption keys").add_subparsers(
+        dest="keys_command", required=True
+    )
+    keys.add_parser(
+        "rotate", help="re-encrypt every stored token under the first TOKEN_ENCRYPTION_KEYS key"
+    ).set_defaults(run=_keys_rotate)
     args = parser.parse_args(argv)
     args.run(args)
 

@@ -4,13 +4,15 @@ Secrets have no defaults. A missing or weak secret stops start-up with a message
 naming the variable; every other setting has a safe default or is derived.
 """
 
+import os
 from functools import cached_property
-from typing import Annotated
+from typing import Annotated, Literal
 from urllib.parse import urlsplit
 
-from pydantic import Field, SecretStr, ValidationError, field_validator
+from pydantic import Field, SecretStr, ValidationError, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from api.oauth.providers import load_providers
 from store.db import async_database_url
 
 MIN_SECRET_BYTES = 32
@@ -68,6 +70,14 @@ class Settings(BaseSettings):
     public_url: str = Field(description="Externally visible base URL; the MCP resource is <PUBLIC_URL>/mcp.")
     oidc_issuer: str = Field(description="Authorization server that issues MCP access tokens.")
     request_state_keys: SecretStr = Field(description="Comma-separated secrets (>= 32 bytes); first seals.")
+    token_encryption_keys: SecretStr = Field(
+        description="Comma-separated secrets (>= 32 bytes) for third-party tokens at rest; first encrypts, "
+        "all decrypt. The browser-session cookie key is derived from the first."
+    )
+    oidc_client_id: str = Field(
+        min_length=1, description="Coatcheck's own OAuth client at OIDC_ISSUER, for the browser login at /connect."
+    )
+    oidc_client_secret: SecretStr = Field(description="The secret of OIDC_CLIENT_ID.")
 
     oidc_issuer_internal_url: str | None = Field(
         default=None,
@@ -84,11 +94,56 @@ class Settings(BaseSettings):
     readyz_timeout_seconds: float = Field(default=2.0, gt=0)
     mcp_json_response: bool = False
     log_level: str = "INFO"
+    legacy_clients: Literal["serve", "reject"] = Field(
+        default="serve",
+        description="serve: answer 2025-11-25 (initialize handshake) clients statelessly on /mcp; "
+        "reject: refuse them with HTTP 400 naming the supported version.",
+    )
+    max_request_body_bytes: int = Field(
+        default=1024 * 1024,
+        gt=0,
+        le=64 * 1024 * 1024,
+        description="Largest /mcp request body accepted; larger ones get 413 before any parsing.",
+    )
+    providers_file: str | None = Field(
+        default=None,
+        description="A TOML or JSON file naming the third-party OAuth providers users may connect "
+        "(see docs/connections.md); without it and PROVIDERS there are none.",
+    )
+    providers: str | None = Field(
+        default=None, description="The same provider configuration as JSON, instead of PROVIDERS_FILE."
+    )
+    connect_wait_seconds: float = Field(
+        default=8.0,
+        ge=0,
+        le=30,
+        description="How long a retried call waits server-side for a pending connection to finish.",
+    )
+    connect_flow_ttl_seconds: int = Field(
+        default=600, ge=60, le=3600, description="Lifetime of a connect link (and of its OAuth state)."
+    )
+    browser_session_seconds: int = Field(
+        default=900, ge=60, le=86400, description="Lifetime of the signed browser-session cookie of /connect."
+    )
+    token_refresh_skew_seconds: int = Field(
+        default=60, ge=0, le=3600, description="Refresh a stored access token this long before it expires."
+    )
+    shutdown_timeout_seconds: int = Field(
+        default=10,
+        gt=0,
+        le=300,
+        description="On SIGTERM, how long in-flight requests may run before they are cancelled.",
+    )
 
     @field_validator("allowed_hosts", "allowed_origins", mode="before")
     @classmethod
     def _csv(cls, value: object) -> object:
         return _split_csv(value)
+
+    @field_validator("legacy_clients", mode="before")
+    @classmethod
+    def _legacy_clients(cls, value: object) -> object:
+        return value.strip().lower() if isinstance(value, str) else value
 
     @field_validator("database_url")
     @classmethod
@@ -121,6 +176,32 @@ class Settings(BaseSettings):
         check_secret_ring("REQUEST_STATE_KEYS", value.get_secret_value())
         return value
 
+    @field_validator("token_encryption_keys")
+    @classmethod
+    def _token_keys(cls, value: SecretStr) -> SecretStr:
+        check_secret_ring("TOKEN_ENCRYPTION_KEYS", value.get_secret_value())
+        return value
+
+    @field_validator("providers_file", "providers")
+    @classmethod
+    def _providers(cls, value: str | None, info: ValidationInfo) -> str | None:
+        # Fail at start-up, naming the variable, rather than on a user's first connect.
+        if value:
+            as_file = info.field_name == "providers_file"
+            load_providers(
+                providers_file=value if as_file else None,
+                providers_json=None if as_file else value,
+                environ=os.environ,
+            )
+        return value or None
+
+    @field_validator("oidc_client_secret")
+    @classmethod
+    def _client_secret(cls, value: SecretStr) -> SecretStr:
+        if not value.get_secret_value().strip():
+            raise ValueError("OIDC_CLIENT_SECRET is empty")
+        return value
+
     @classmethod
     def from_env(cls, **overrides: object) -> "Settings":
         """Load settings; on failure raise :class:`SettingsError` naming each bad variable."""
@@ -138,6 +219,11 @@ class Settings(BaseSettings):
     def state_key_ring(self) -> list[bytes]:
         """The request-state key ring, newest first."""
         return check_secret_ring("REQUEST_STATE_KEYS", self.request_state_keys.get_secret_value())
+
+    @cached_property
+    def token_key_ring(self) -> list[bytes]:
+        """The token-vault key ring, newest first."""
+        return check_secret_ring("TOKEN_ENCRYPTION_KEYS", self.token_encryption_keys.get_secret_value())
 
 
 class SettingsError(Exception):

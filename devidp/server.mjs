@@ -64,7 +64,8 @@
 //   POST /dev/token                  mint an access token without a browser
 //   GET  /dev/health                 200 {"status":"ok"}
 //   GET  /dev/stats                  counters; DELETE /dev/stats resets them
-//   GET|POST /dev/faults             fault injection: {"token_endpoint": "ok"|"error"|"unavailable"}
+//   GET|POST /dev/faults             fault injection: {"token_endpoint": "ok"|"error"|"unavailable"},
+//                                    {"authorization_endpoint": "ok"|"deny"|"hold", "client_id": "..."}
 // See devidp/README.md for details.
 
 import * as crypto from 'node:crypto';
@@ -484,8 +485,45 @@ const stats = {
   registrations: 0,
   userinfo_requests: 0,
 };
-const faults = { token_endpoint: 'ok' };
+const faults = { token_endpoint: 'ok', authorization_endpoint: 'ok', authorization_client_id: null };
 const TOKEN_FAULTS = new Set(['ok', 'error', 'unavailable']);
+// "deny": the authorization endpoint answers as if the user refused (error=access_denied back to the
+// client's registered redirect_uri); "hold": it shows a page and never redirects (the user walked away).
+// Scoped to one client_id when authorization_client_id is set, so other clients' logins still work.
+const AUTHORIZATION_FAULTS = new Set(['ok', 'deny', 'hold']);
+
+async function authorizationFault(ctx) {
+  const { query } = ctx;
+  const clientId = typeof query.client_id === 'string' ? query.client_id : '';
+  if (faults.authorization_client_id && clientId !== faults.authorization_client_id) return false;
+  ctx.set('Cache-Control', 'no-store');
+  if (faults.authorization_endpoint === 'hold') {
+    ctx.status = 200;
+    ctx.type = 'html';
+    ctx.body = page('Authorization held', '<h1>Authorization held</h1><p>devidp fault "hold": this request is never answered.</p>');
+    return true;
+  }
+  let client;
+  try {
+    client = await provider.Client.find(clientId);
+  } catch {
+    client = undefined;
+  }
+  const redirectUri = typeof query.redirect_uri === 'string' ? query.redirect_uri : '';
+  if (!client || !client.redirectUriAllowed(redirectUri)) {
+    ctx.status = 400;
+    await renderError(ctx, { error: 'invalid_request', error_description: 'unknown client or redirect_uri' });
+    return true;
+  }
+  const target = new URL(redirectUri);
+  target.searchParams.set('error', 'access_denied');
+  target.searchParams.set('error_description', 'the user denied access (devidp fault)');
+  if (typeof query.state === 'string') target.searchParams.set('state', query.state);
+  target.searchParams.set('iss', ISSUER);
+  ctx.status = 303;
+  ctx.redirect(target.href);
+  return true;
+}
 const BODY_LIMIT = 56 * 1024;
 
 async function readRawBody(req) {
@@ -709,6 +747,10 @@ provider.use(async (ctx, next) => {
     }
     if (path === AUTHORIZATION_PATH && method === 'GET') {
       stats.authorization_requests += 1;
+      if (faults.authorization_endpoint !== 'ok' && await authorizationFault(ctx)) {
+        note = ` (fault: ${faults.authorization_endpoint})`;
+        return undefined;
+      }
       return await next();
     }
     if (path === USERINFO_PATH && (method === 'GET' || method === 'POST')) {
@@ -766,6 +808,16 @@ provider.use(async (ctx, next) => {
             return jsonError(ctx, 400, 'invalid_request', `token_endpoint must be one of ${[...TOKEN_FAULTS].join(', ')}`);
           }
           faults.token_endpoint = p.token_endpoint;
+        }
+        if (p.authorization_endpoint !== undefined) {
+          if (!AUTHORIZATION_FAULTS.has(p.authorization_endpoint)) {
+            return jsonError(ctx, 400, 'invalid_request', `authorization_endpoint must be one of ${[...AUTHORIZATION_FAULTS].join(', ')}`);
+          }
+          if (p.client_id !== undefined && p.client_id !== null && typeof p.client_id !== 'string') {
+            return jsonError(ctx, 400, 'invalid_request', 'client_id must be a string');
+          }
+          faults.authorization_endpoint = p.authorization_endpoint;
+          faults.authorization_client_id = p.authorization_endpoint === 'ok' ? null : (p.client_id || null);
         }
         ctx.body = { ...faults };
         return undefined;

@@ -5,6 +5,7 @@ run creates its own database, migrates it with ``alembic upgrade head`` and drop
 """
 
 import asyncio
+import json
 import os
 import secrets
 import uuid
@@ -111,20 +112,85 @@ def request_state_keys() -> str:
 
 
 @pytest.fixture(scope="session")
-def devidp(public_url: str) -> Iterator[DevIdP]:
-    """The development identity provider, as a real Node process."""
-    with start_devidp(port=free_port(), resources=[f"{public_url}/mcp"]) as idp:
-        yield idp
+def token_encryption_keys() -> str:
+    return ",".join(secrets.token_urlsafe(32) for _ in range(2))
+
+
+LOGIN_CLIENT_ID = "coatcheck-login"
+DEMO_CLIENT_ID = "coatcheck-demo"
 
 
 @pytest.fixture(scope="session")
-def server_env(database_url: str, devidp: DevIdP, public_url: str, request_state_keys: str) -> dict[str, str]:
-    """The environment a production server runs with in these tests (only the required settings)."""
+def oauth_client_secrets() -> dict[str, str]:
+    """Secrets of the dev IdP's static clients: Coatcheck's browser login and the "demo" provider."""
+    return {LOGIN_CLIENT_ID: secrets.token_urlsafe(32), DEMO_CLIENT_ID: secrets.token_urlsafe(32)}
+
+
+def devidp_clients(public_url: str, client_secrets: dict[str, str]) -> list[dict[str, object]]:
+    """The static confidential clients Coatcheck needs at the dev IdP (DEVIDP_CLIENTS)."""
+    return [
+        {
+            "client_id": LOGIN_CLIENT_ID,
+            "client_secret": client_secrets[LOGIN_CLIENT_ID],
+            "client_name": "Coatcheck sign-in",
+            "redirect_uris": [f"{public_url}/oauth/login/callback"],
+            "grant_types": ["authorization_code"],
+            "scope": "openid",
+        },
+        {
+            "client_id": DEMO_CLIENT_ID,
+            "client_secret": client_secrets[DEMO_CLIENT_ID],
+            "client_name": "Coatcheck (demo provider connection)",
+            "redirect_uris": [f"{public_url}/oauth/callback"],
+            "grant_types": ["authorization_code", "refresh_token"],
+            "scope": "openid profile email offline_access",
+        },
+    ]
+
+
+@pytest.fixture(scope="session")
+def devidp(public_url: str, oauth_client_secrets: dict[str, str]) -> Iterator[DevIdP]:
+    """The development identity provider, as a real Node process (also the "demo" provider)."""
+    clients = devidp_clients(public_url, oauth_client_secrets)
+    with start_devidp(port=free_port(), resources=[f"{public_url}/mcp"], clients=clients) as idp:
+        yield idp
+
+
+def demo_provider_config(issuer: str) -> str:
+    """PROVIDERS for the dev IdP playing the "demo" provider (endpoints by OIDC discovery)."""
+    return json.dumps(
+        {
+            "demo": {
+                "display_name": "Demo provider",
+                "issuer": issuer,
+                "client_id": DEMO_CLIENT_ID,
+                "client_secret_env": "DEMO_CLIENT_SECRET",
+                "scopes": ["openid", "profile", "email"],
+            }
+        }
+    )
+
+
+@pytest.fixture(scope="session")
+def server_env(
+    database_url: str,
+    devidp: DevIdP,
+    public_url: str,
+    request_state_keys: str,
+    token_encryption_keys: str,
+    oauth_client_secrets: dict[str, str],
+) -> dict[str, str]:
+    """The environment a production server runs with in these tests: the required settings plus the demo provider."""
     return {
         "DATABASE_URL": database_url,
         "PUBLIC_URL": public_url,
         "OIDC_ISSUER": devidp.issuer,
         "REQUEST_STATE_KEYS": request_state_keys,
+        "TOKEN_ENCRYPTION_KEYS": token_encryption_keys,
+        "OIDC_CLIENT_ID": LOGIN_CLIENT_ID,
+        "OIDC_CLIENT_SECRET": oauth_client_secrets[LOGIN_CLIENT_ID],
+        "PROVIDERS": demo_provider_config(devidp.issuer),
+        "DEMO_CLIENT_SECRET": oauth_client_secrets[DEMO_CLIENT_ID],
     }
 
 

@@ -1,6 +1,7 @@
 """compose.yaml agrees with the code (no Docker engine runs on CI machines, so this is checked statically)."""
 
 
+import json
 import re
 from pathlib import Path
 from typing import Any
@@ -60,7 +61,9 @@ def test_every_coatcheck_command_in_compose_exists(compose: dict[str, Any], caps
         assert cmd[0] in available, cmd
 
 
-def test_the_app_service_sets_every_required_setting_and_they_validate(compose: dict[str, Any]) -> None:
+def test_the_app_service_sets_every_required_setting_and_they_validate(
+    compose: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
     app_env = _env(compose["services"]["app"])
     required = {
         name.upper()
@@ -68,6 +71,8 @@ def test_the_app_service_sets_every_required_setting_and_they_validate(compose: 
         if field.default is PydanticUndefined and field.default_factory is None
     }
     assert required <= set(app_env), f"missing in compose app: {required - set(app_env)}"
+    for name, value in app_env.items():  # provider secrets are read from the environment by name
+        monkeypatch.setenv(name, value)
     settings = Settings(**{k.lower(): v for k, v in app_env.items()})
     assert settings.mcp_resource_url == "http://localhost:8000/mcp"
 
@@ -84,7 +89,8 @@ def test_published_ports_match_the_public_urls(compose: dict[str, Any]) -> None:
     assert app_env["OIDC_ISSUER"] == idp_env["DEVIDP_ISSUER"]
     assert f"{app_env['PUBLIC_URL']}/mcp" in idp_env["DEVIDP_RESOURCES"].split(",")
     internal = urlsplit(app_env["OIDC_ISSUER_INTERNAL_URL"])
-    assert internal.hostname in services and internal.port == issuer.port
+    assert internal.hostname in services
+    assert internal.port == issuer.port
 
 
 def test_services_start_in_dependency_order_and_share_one_database(compose: dict[str, Any]) -> None:
@@ -117,4 +123,19 @@ def test_dev_only_secrets_are_labelled() -> None:
     assert "DEV-ONLY secret" in text
 
 
-
+def test_the_dev_idp_knows_coatchecks_login_client_and_every_provider_client(compose: dict[str, Any]) -> None:
+    services = compose["services"]
+    app_env, idp_env = _env(services["app"]), _env(services["idp"])
+    clients = {client["client_id"]: client for client in json.loads(idp_env["DEVIDP_CLIENTS"])}
+    public_url = app_env["PUBLIC_URL"]
+    login = clients[app_env["OIDC_CLIENT_ID"]]
+    assert login["client_secret"] == app_env["OIDC_CLIENT_SECRET"]
+    assert login["redirect_uris"] == [f"{public_url}/oauth/login/callback"]
+    for name, provider in json.loads(app_env["PROVIDERS"]).items():
+        client = clients[provider["client_id"]]
+        assert client["client_secret"] == app_env[provider["client_secret_env"]], name
+        assert client["redirect_uris"] == [f"{public_url}/oauth/callback"], name
+        # The browser follows the authorization endpoint (published port); the server uses the compose name.
+        assert urlsplit(provider["authorization_endpoint"]).hostname == "localhost", name
+        for server_side in ("token_endpoint", "userinfo_endpoint", "revocation_endpoint"):
+            assert urlsplit(provider[server_side]).hostname in services, (name, server_side)

@@ -15,6 +15,9 @@ REQUIRED = {
     "PUBLIC_URL": "http://localhost:8000/",
     "OIDC_ISSUER": "http://localhost:9400",
     "REQUEST_STATE_KEYS": GOOD_KEY,
+    "TOKEN_ENCRYPTION_KEYS": secrets.token_urlsafe(32),
+    "OIDC_CLIENT_ID": "coatcheck-login",
+    "OIDC_CLIENT_SECRET": secrets.token_urlsafe(32),
 }
 
 

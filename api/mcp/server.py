@@ -7,7 +7,9 @@ from mcp.server.mcpserver import MCPServer, RequestStateSecurity
 
 from api.auth import JwtVerifier
 from api.mcp.tools_carts import register_cart_tools
+from api.mcp.tools_connections import register_connection_tools
 from api.mcp.tools_orders import register_order_tools
+from api.oauth.service import Connections
 from api.settings import Settings
 from store.db import Database
 
@@ -21,7 +23,9 @@ INSTRUCTIONS = (
 LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]
 
 
-def build_mcp_server(settings: Settings, database: Database, verifier: JwtVerifier) -> MCPServer:
+def build_mcp_server(
+    settings: Settings, database: Database, verifier: JwtVerifier, *, connections: Connections | None = None
+) -> MCPServer:
     """The production MCP server: every tool, auth required, requestState sealed under the shared ring."""
     mcp = MCPServer(
         SERVER_NAME,
@@ -41,4 +45,6 @@ def build_mcp_server(settings: Settings, database: Database, verifier: JwtVerifi
     )
     register_cart_tools(mcp, database)
     register_order_tools(mcp, database)
+    if connections is not None:
+        register_connection_tools(mcp, connections)
     return mcp

@@ -134,6 +134,13 @@ class DevIdP:
         """
         _raise_for_dev_endpoint(await self._request("POST", "/dev/faults", {"token_endpoint": token_endpoint}))
 
+    async def set_authorization_fault(self, mode: str, *, client_id: str | None = None) -> None:
+        """``"deny"``: ``GET /auth`` for ``client_id`` answers ``error=access_denied`` at once; ``"hold"``: it
+        shows a page and never redirects; ``"ok"``: normal. Other clients are unaffected when ``client_id`` is set.
+        """
+        body: dict[str, object] = {"authorization_endpoint": mode, "client_id": client_id}
+        _raise_for_dev_endpoint(await self._request("POST", "/dev/faults", body))
+
 
 def _discovery_answers(issuer: str, process: subprocess.Popen[bytes]) -> bool:
     if process.poll() is not None:

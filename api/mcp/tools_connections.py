@@ -1,0 +1,298 @@
+"""Connection tools: third-party accounts connected through URL-mode elicitation, tokens kept server-side.
+
+``connection_whoami(provider)`` with no usable token answers ``input_required`` with one URL-mode
+elicitation pointing at ``<PUBLIC_URL>/connect/<flow>`` and a plaintext ``requestState`` naming the flow
+(the SDK seals it and binds it to the caller, this tool and its arguments). The user's ``accept`` only
+means "I agreed to open the link": the retry reads the flow from the store (waiting up to
+``CONNECT_WAIT_SECONDS`` for it to settle) and answers with the profile, asks again with the same link,
+or ends with a tool error that says how to start over. Tokens never reach the client.
+"""
+
+import json
+import logging
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp.shared.exceptions import MCPError
+from mcp.types import (
+    MISSING_REQUIRED_CLIENT_CAPABILITY,
+    ClientCapabilities,
+    ElicitationCapability,
+    ElicitRequest,
+    ElicitRequestURLParams,
+    ElicitResult,
+    InputRequiredResult,
+    MissingRequiredClientCapabilityErrorData,
+    ToolAnnotations,
+    UrlElicitationCapability,
+)
+from mcp.types.version import is_version_at_least
+from pydantic import BaseModel, Field
+
+from api.auth import current_principal
+from api.oauth.client import OAuthFailure, Unauthorized
+from api.oauth.providers import ProviderConfig, ProviderUnavailable
+from api.oauth.service import Connections
+from store.connections import TokenSet
+from store.errors import DecryptError
+from store.flows import Flow
+from store.principal import Principal
+
+logger = logging.getLogger(__name__)
+
+URL_ELICITATION_VERSION = "2026-07-28"
+_STATE_KIND = "connect.v1"
+
+ProviderName = Annotated[
+    str, Field(description="A configured provider name, as listed by connection_list (e.g. 'demo')", max_length=64)
+]
+
+
+class ConnectionOut(BaseModel):
+    """One configured provider and the caller's connection to it. Never any token."""
+
+    provider: str
+    status: Literal["connected", "needs_reauth", "not_connected"] = Field(
+        description="needs_reauth: the provider no longer accepts the stored grant; connect again"
+    )
+    scopes: list[str]
+    connected_at: datetime | None
+    expires_at: datetime | None = Field(description="When the current access token expires (it is refreshed)")
+
+
+class ConnectionListOut(BaseModel):
+    connections: list[ConnectionOut]
+
+
+class WhoamiOut(BaseModel):
+    """The caller's profile at the provider, as its userinfo endpoint returned it."""
+
+    provider: str
+    profile: dict[str, Any]
+
+
+class DisconnectOut(BaseModel):
+    provider: str
+    was_connected: bool
+    upstream_revocation: Literal["revoked", "not_supported", "failed", "nothing_to_revoke"] = Field(
+        description="revoked: the provider confirmed (RFC 7009); failed: revoke it at the provider yourself"
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectState:
+    """The plaintext requestState of a connect round: which flow the user was sent to."""
+
+    provider: str
+    flow: str
+
+    def dump(self) -> str:
+        return json.dumps({"kind": _STATE_KIND, "provider": self.provider, "flow": self.flow}, separators=(",", ":"))
+
+    @classmethod
+    def load(cls, raw: str | None, provider: str) -> "ConnectState | None":
+        """A state this tool minted for ``provider``; ``None`` for anything else (then start over)."""
+        if not raw:
+            return None
+        try:
+            data = json.loads(raw)
+        except ValueError:
+            return None
+        if not isinstance(data, dict) or data.get("kind") != _STATE_KIND or data.get("provider") != provider:
+            return None
+        flow = data.get("flow")
+        return cls(provider=provider, flow=flow) if isinstance(flow, str) and 0 < len(flow) <= 100 else None
+
+
+def input_key(provider: str) -> str:
+    return f"connect_{provider}"
+
+
+def _require_url_elicitation(ctx: Context, tool: str) -> None:
+    """Connecting needs a 2026-07-28 client that declared URL-mode elicitation.
+
+    The SDK does not check hand-rolled input requests against the client's capabilities, so this does:
+    a legacy client gets a tool error it can show; a modern one without ``elicitation.url`` gets -32021.
+    """
+    version = ctx.protocol_version
+    if version is None or not is_version_at_least(version, URL_ELICITATION_VERSION):
+        raise ToolError(
+            f"{tool} needs to send you to a web page to connect the account, which needs an MCP client that "
+            f"speaks protocol {URL_ELICITATION_VERSION} (URL-mode elicitation); this client speaks "
+            f"{version or 'an older one'}. Update the client and try again."
+        )
+    capabilities = ctx.client_capabilities
+    elicitation = capabilities.elicitation if capabilities is not None else None
+    if elicitation is not None and elicitation.url is not None:
+        return
+    required = ClientCapabilities(elicitation=ElicitationCapability(url=UrlElicitationCapability()))
+    raise MCPError(
+        code=MISSING_REQUIRED_CLIENT_CAPABILITY,
+        message=f"Client did not declare the URL elicitation capability required by {tool}",
+        data=MissingRequiredClientCapabilityErrorData(required_capabilities=required).model_dump(
+            by_alias=True, mode="json", exclude_none=True
+        ),
+    )
+
+
+def _ask_to_connect(
+    connections: Connections, provider: ProviderConfig, flow: Flow, *, again: bool
+) -> InputRequiredResult:
+    label = provider.label
+    if again:
+        message = (
+            f"Still waiting for you to finish connecting your {label} account in the browser. If you closed "
+            f"the page, open the link again; it is the same link as before."
+        )
+    else:
+        message = (
+            f"Connect your {label} account to Coatcheck: open this link, sign in, and allow access. "
+            f"Coatcheck keeps the {label} credentials itself; they are never shown to the assistant."
+        )
+    return InputRequiredResult(
+        input_requests={
+            input_key(provider.name): ElicitRequest(
+                params=ElicitRequestURLParams(message=message, url=connections.connect_url(flow))
+            )
+        },
+        # Plaintext; the SDK's RequestStateBoundary seals it and binds it to the caller and arguments.
+        request_state=ConnectState(provider=provider.name, flow=flow.handle).dump(),
+    )
+
+
+def _settled_error(provider: ProviderConfig, flow: Flow | None) -> ToolError:
+    label = provider.label
+    again = "Call connection_whoami again to get a fresh link."
+    if flow is None or flow.status == "expired":
+        return ToolError(f"The link to connect {label} expired before the sign-in was finished. {again}")
+    if flow.status == "denied":
+        return ToolError(f"{label} reported that access was not granted, so nothing was connected. {again}")
+    if flow.error == "cancelled":
+        return ToolError(f"Connection cancelled: the link to connect {label} was withdrawn. {again}")
+    return ToolError(f"Connecting {label} did not complete ({flow.error or 'failed'}). {again}")
+
+
+def register_connection_tools(mcp: MCPServer, connections: Connections) -> None:
+    """Register ``connection_list``, ``connection_whoami`` and ``connection_disconnect`` on ``mcp``."""
+    registry = connections.registry
+
+    def configured(name: str) -> ProviderConfig:
+        provider = registry.get(name)
+        if provider is None:
+            raise ToolError(registry.unknown_text(name))
+        return provider
+
+    async def usable_tokens(principal: Principal, provider: ProviderConfig) -> TokenSet | None:
+        try:
+            return await connections.usable_tokens(principal, provider)
+        except ProviderUnavailable as exc:
+            raise ToolError(f"{exc}; try again later.") from None
+        except OAuthFailure as exc:
+            raise ToolError(f"Refreshing the {provider.label} access failed ({exc.error}); try again later.") from None
+        except DecryptError:
+            logger.error("stored %s tokens do not open with TOKEN_ENCRYPTION_KEYS", provider.name)
+            raise ToolError(
+                f"The stored {provider.label} credentials cannot be read; use connection_disconnect and connect again."
+            ) from None
+
+    @mcp.tool(
+        name="connection_list",
+        description="List the third-party providers you can connect (for example 'demo') and your connection "
+        "to each: status connected / needs_reauth / not_connected, granted scopes, when it was connected and "
+        "when the current access token expires. Tokens are kept by the server and never shown.",
+        annotations=ToolAnnotations(read_only_hint=True, idempotent_hint=True, open_world_hint=False),
+    )
+    async def connection_list() -> ConnectionListOut:
+        principal = current_principal()
+        rows = {info.provider: info for info in await connections.list(principal)}
+        out = []
+        for provider in registry.providers:
+            info = rows.get(provider.name)
+            if info is None:
+                out.append(
+                    ConnectionOut(
+                        provider=provider.name, status="not_connected", scopes=[], connected_at=None, expires_at=None
+                    )
+                )
+            else:
+                out.append(
+                    ConnectionOut(
+                        provider=provider.name,
+                        status="needs_reauth" if info.status == "needs_reauth" else "connected",
+                        scopes=list(info.scopes),
+                        connected_at=info.connected_at,
+                        expires_at=info.expires_at,
+                    )
+                )
+        return ConnectionListOut(connections=out)
+
+    @mcp.tool(
+        name="connection_whoami",
+        description="Show your profile at a connected provider (fetched by the server with the stored token, "
+        "refreshed when needed). If the account is not connected yet, you are given a link to open in your "
+        "browser: sign in there and allow access, then this call completes. Needs an MCP 2026-07-28 client "
+        "with URL elicitation to connect.",
+        annotations=ToolAnnotations(read_only_hint=True, idempotent_hint=True, open_world_hint=True),
+    )
+    async def connection_whoami(provider: ProviderName, ctx: Context) -> WhoamiOut | InputRequiredResult:
+        config = configured(provider)
+        principal = current_principal()
+        state = ConnectState.load(ctx.request_state, config.name)
+        if state is not None:
+            # A retry after the user saw the link. Their answer is consent to open it, not completion:
+            # only the store says whether the browser side finished.
+            answer = (ctx.input_responses or {}).get(input_key(config.name))
+            if isinstance(answer, ElicitResult) and answer.action in ("decline", "cancel"):
+                await connections.cancel_flow(principal, state.flow)
+                raise ToolError(
+                    f"Connection cancelled: you chose not to open the link to connect {config.label}. "
+                    "Call connection_whoami again if you change your mind."
+                )
+            flow = await connections.wait(principal, state.flow, connections.wait_seconds)
+            if flow is not None and flow.status == "pending":
+                return _ask_to_connect(connections, config, flow, again=True)
+            if flow is None or flow.status != "connected":
+                raise _settled_error(config, flow)
+        tokens = await usable_tokens(principal, config)
+        if tokens is not None:
+            try:
+                profile = await connections.profile(config, tokens)
+            except Unauthorized:
+                # The provider no longer honours the token: connect again rather than fail forever.
+                await connections.mark_needs_reauth(principal, config, "token_rejected")
+            except ProviderUnavailable as exc:
+                raise ToolError(f"{exc}; try again later.") from None
+            except OAuthFailure as exc:
+                raise ToolError(f"{config.label} did not return your profile ({exc.error}); try again later.") from None
+            else:
+                return WhoamiOut(provider=config.name, profile=profile)
+        _require_url_elicitation(ctx, "connection_whoami")
+        flow = await connections.flow_for(principal, config)
+        logger.info("connection to %s requested; sending a connect link", config.name)
+        return _ask_to_connect(connections, config, flow, again=False)
+
+    @mcp.tool(
+        name="connection_disconnect",
+        description="Disconnect a provider: the server revokes its tokens at the provider (when the provider "
+        "supports revocation) and forgets them. Safe to repeat.",
+        annotations=ToolAnnotations(
+            read_only_hint=False, destructive_hint=True, idempotent_hint=True, open_world_hint=True
+        ),
+    )
+    async def connection_disconnect(provider: ProviderName) -> DisconnectOut:
+        config = configured(provider)
+        principal = current_principal()
+        try:
+            outcome = await connections.disconnect(principal, config)
+        except DecryptError:
+            logger.error("stored %s tokens do not open with TOKEN_ENCRYPTION_KEYS", config.name)
+            raise ToolError(
+                f"The stored {config.label} credentials cannot be read, so they were not revoked; "
+                "check the server's TOKEN_ENCRYPTION_KEYS."
+            ) from None
+        return DisconnectOut(
+            provider=config.name, was_connected=outcome.was_connected, upstream_revocation=outcome.revocation
+        )

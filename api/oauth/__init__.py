@@ -1,0 +1,6 @@
+"""Connections: third-party OAuth at Coatcheck, completed in the browser through URL-mode elicitation.
+
+``providers`` reads which providers exist, ``client`` talks OAuth to them (authlib), ``login`` signs the
+browser in against ``OIDC_ISSUER``, ``session`` seals the browser cookies, ``service`` is what the MCP
+tools and the browser routes share, ``routes`` and ``pages`` are the browser side. See docs/connections.md.
+"""

@@ -1,0 +1,159 @@
+"""Sign the browser in with OpenID Connect at ``OIDC_ISSUER``, the same server that issues MCP tokens.
+
+Authorization code + PKCE as the confidential client ``OIDC_CLIENT_ID``. The ID token is verified in full:
+signature against the issuer's JWKS (the same cache the MCP token verifier uses), ``iss`` equal to
+``OIDC_ISSUER``, ``aud`` containing ``OIDC_CLIENT_ID`` (and ``azp`` equal to it when there are several
+audiences), ``exp``/``iat``, and ``nonce`` equal to the one this browser was sent with. The result is the
+(issuer, subject) pair, which is exactly how an MCP principal is named, so /connect can compare them.
+
+The authorization endpoint is the public one from the issuer's metadata (the browser goes there); the
+token endpoint is reached through ``OIDC_ISSUER_INTERNAL_URL`` when set, like the JWKS.
+"""
+
+import hmac
+import logging
+from typing import Any
+
+import httpx2
+import jwt
+
+from api.auth import ALGORITHMS, JwksCache
+from api.oauth.client import OAuthClient, OAuthFailure
+from api.oauth.session import BrowserSession
+
+logger = logging.getLogger(__name__)
+
+LOGIN_SCOPE = "openid"
+
+
+class LoginFailed(Exception):  # noqa: N818 - a verdict
+    """The login could not be completed; the message is a short reason for the log, never a secret."""
+
+
+class OidcLogin:
+    """Coatcheck's own OpenID Connect client for the browser."""
+
+    def __init__(
+        self,
+        *,
+        issuer: str,
+        internal_url: str | None,
+        client_id: str,
+        client: OAuthClient,
+        jwks: JwksCache,
+        http: httpx2.AsyncClient,
+        redirect_uri: str,
+        leeway: int,
+    ) -> None:
+        self.issuer = issuer
+        self._fetch_base = internal_url or issuer
+        self._client_id = client_id
+        self._client = client
+        self._jwks = jwks
+        self._http = http
+        self.redirect_uri = redirect_uri
+        self._leeway = leeway
+        self._metadata: dict[str, Any] | None = None
+
+    def _internal(self, url: str) -> str:
+        """A server-facing URL: the issuer's public base swapped for the internal one."""
+        return self._fetch_base + url[len(self.issuer) :] if url.startswith(self.issuer + "/") else url
+
+    def _public(self, url: str) -> str:
+        """A browser-facing URL. An IdP that builds its metadata from the request's Host (as the dev IdP
+        does) names the internal base when asked through it; the browser needs the public one."""
+        if self._fetch_base != self.issuer and url.startswith(self._fetch_base + "/"):
+            return self.issuer + url[len(self._fetch_base) :]
+        return url
+
+    async def _discover(self) -> dict[str, Any]:
+        if self._metadata is not None:
+            return self._metadata
+        try:
+            response = await self._http.get(self._fetch_base + "/.well-known/openid-configuration")
+            metadata = response.json() if response.status_code == 200 else None
+        except (httpx2.HTTPError, ValueError) as exc:
+            raise LoginFailed(f"issuer metadata unavailable ({type(exc).__name__})") from None
+        if not isinstance(metadata, dict) or metadata.get("issuer") != self.issuer:
+            raise LoginFailed("issuer metadata missing or naming another issuer")
+        if not isinstance(metadata.get("authorization_endpoint"), str) or not isinstance(
+            metadata.get("token_endpoint"), str
+        ):
+            raise LoginFailed("issuer metadata lacks the authorization or token endpoint")
+        self._metadata = metadata
+        return metadata
+
+    async def authorization_url(self, *, state: str, nonce: str, code_verifier: str) -> str:
+        """Where to send a browser that has no session yet.
+
+        Raises:
+            LoginFailed: the issuer's metadata is unavailable.
+        """
+        metadata = await self._discover()
+        return self._client.authorization_url(
+            self._public(str(metadata["authorization_endpoint"])),
+            redirect_uri=self.redirect_uri,
+            scope=LOGIN_SCOPE,
+            state=state,
+            code_verifier=code_verifier,
+            nonce=nonce,
+        )
+
+    async def complete(self, *, code: str, code_verifier: str, nonce: str) -> BrowserSession:
+        """Redeem the code and verify the ID token; return who signed in.
+
+        Raises:
+            LoginFailed: the exchange failed or the ID token is not valid for this login.
+        """
+        metadata = await self._discover()
+        try:
+            tokens = await self._client.exchange_code(
+                self._internal(str(metadata["token_endpoint"])),
+                code=code,
+                code_verifier=code_verifier,
+                redirect_uri=self.redirect_uri,
+            )
+        except OAuthFailure as exc:
+            raise LoginFailed(f"code exchange failed ({exc.error})") from None
+        if tokens.id_token is None:
+            raise LoginFailed("the token response has no ID token")
+        return await self.verify_id_token(tokens.id_token, nonce=nonce)
+
+    async def verify_id_token(self, id_token: str, *, nonce: str) -> BrowserSession:
+        """Check signature, issuer, audience, lifetime and nonce (OIDC Core §3.1.3.7).
+
+        Raises:
+            LoginFailed: naming the check that failed.
+        """
+        try:
+            header = jwt.get_unverified_header(id_token)
+        except jwt.InvalidTokenError:
+            raise LoginFailed("malformed ID token") from None
+        kid = header.get("kid")
+        if header.get("alg") not in ALGORITHMS or not isinstance(kid, str):
+            raise LoginFailed("ID token signed with an unexpected algorithm")
+        key = await self._jwks.key(kid)
+        if key is None:
+            raise LoginFailed("ID token signed by an unknown key")
+        try:
+            claims: dict[str, Any] = jwt.decode(
+                id_token,
+                key=key,
+                algorithms=list(ALGORITHMS),
+                audience=self._client_id,
+                issuer=self.issuer,
+                leeway=self._leeway,
+                options={"require": ["iss", "sub", "aud", "exp", "iat"]},
+            )
+        except jwt.InvalidTokenError as exc:
+            raise LoginFailed(f"ID token rejected ({type(exc).__name__})") from None
+        audiences = claims["aud"] if isinstance(claims["aud"], list) else [claims["aud"]]
+        if len(audiences) > 1 and claims.get("azp") != self._client_id:
+            raise LoginFailed("ID token has several audiences and another authorized party")
+        claimed_nonce = claims.get("nonce")
+        if not isinstance(claimed_nonce, str) or not hmac.compare_digest(claimed_nonce, nonce):
+            raise LoginFailed("ID token nonce does not match this login")
+        subject = claims["sub"]
+        if not isinstance(subject, str) or not subject:
+            raise LoginFailed("ID token has no subject")
+        return BrowserSession(issuer=self.issuer, subject=subject)

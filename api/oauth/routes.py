@@ -1,0 +1,204 @@
+"""The browser side of a connection: ``/connect/{flow}``, ``/oauth/login/callback``, ``/oauth/callback``.
+
+``GET /connect/{flow}``
+    Needs a browser session; without one the browser is sent to sign in at ``OIDC_ISSUER`` first. Then the
+    signed-in (issuer, subject) is compared with the flow's principal *before anything else is done with the
+    flow*: a mismatch is a 403 page, an audit entry and nothing stored. Editing the URL cannot change whose
+    flow it is, because the flow row names its principal and the session names the browser's user. On a
+    match a fresh ``state`` + PKCE verifier (+ nonce) is attached to the flow and the browser goes to the
+    provider.
+``GET /oauth/login/callback``
+    Finishes the sign-in: ``state`` must equal the one in the sealed login cookie of this browser; the code
+    is redeemed with PKCE and the ID token verified (``api.oauth.login``). Sets the session cookie and goes
+    back to ``/connect/{flow}``.
+``GET /oauth/callback``
+    The provider's redirect. ``state`` is consumed exactly once (unknown, reused or expired: 400); the
+    browser's user must still be the flow's principal; provider errors settle the flow as denied or failed;
+    otherwise the code is redeemed with the flow's verifier and the tokens are stored.
+
+Every response is an inert page or a redirect with ``no-store`` and anti-framing headers (``pages``).
+Error pages are 4xx. Nothing rendered or logged contains a token, code, state or verifier; the access log
+drops the query strings of these paths (:class:`RedactOAuthQueries`).
+"""
+
+import hmac
+import logging
+import re
+from typing import Annotated, Any
+
+from litestar import Request, Response, get
+from litestar.handlers import HTTPRouteHandler
+from litestar.params import QueryParameter
+
+from api.oauth import pages
+from api.oauth.client import OAuthFailure, new_code_verifier, new_secret
+from api.oauth.login import LoginFailed, OidcLogin
+from api.oauth.providers import ProviderUnavailable
+from api.oauth.service import Connections
+from api.oauth.session import LOGIN, SESSION, CookieJar, LoginInProgress
+from store.errors import DecryptError, NotFound
+from store.flows import FLOW_PREFIX
+from store.handles import is_well_formed
+from store.principal import Principal
+
+logger = logging.getLogger(__name__)
+
+LOGIN_CALLBACK_PATH = "/oauth/login/callback"
+# ``state`` is a reserved handler argument in Litestar (the app state), so the query parameter is aliased.
+StateParam = Annotated[str | None, QueryParameter(name="state")]
+_ERROR_CODE = re.compile(r"[a-z_]{1,40}")
+_REDACTED_PREFIXES = ("/oauth/",)
+
+
+class RedactOAuthQueries(logging.Filter):
+    """Drop the query string from uvicorn access-log lines of the OAuth callbacks (codes and states)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args
+        if isinstance(args, tuple) and len(args) >= 3 and isinstance(args[2], str):
+            path = args[2]
+            if path.startswith(_REDACTED_PREFIXES) and "?" in path:
+                record.args = (*args[:2], path.split("?", 1)[0] + "?[redacted]", *args[3:])
+        return True
+
+
+def install_access_log_redaction() -> None:
+    """Attach :class:`RedactOAuthQueries` to uvicorn's access logger once per process."""
+    access = logging.getLogger("uvicorn.access")
+    if not any(isinstance(f, RedactOAuthQueries) for f in access.filters):
+        access.addFilter(RedactOAuthQueries())
+
+
+def _error_code(value: str) -> str:
+    return value if _ERROR_CODE.fullmatch(value) else "provider_error"
+
+
+def browser_routes(connections: Connections, login: OidcLogin, jar: CookieJar) -> list[HTTPRouteHandler]:
+    """The three browser routes, closed over the instance's services (no globals)."""
+    registry = connections.registry
+
+    @get("/connect/{flow:str}", include_in_schema=False)
+    async def connect(request: Request[Any, Any, Any], flow: str) -> Response[str]:
+        if len(flow) > 100 or not is_well_formed(flow, FLOW_PREFIX):
+            return pages.not_found()
+        session = jar.read_session(request.cookies)
+        if session is None or session.issuer != login.issuer:
+            state, nonce, verifier = new_secret(), new_secret(), new_code_verifier()
+            try:
+                url = await login.authorization_url(state=state, nonce=nonce, code_verifier=verifier)
+            except LoginFailed as exc:
+                logger.warning("cannot start the browser sign-in: %s", exc)
+                return pages.login_failed()
+            pending = LoginInProgress(state=state, nonce=nonce, code_verifier=verifier, flow=flow)
+            return pages.redirect(url, cookies=[jar.login_cookie(pending)])
+        browser_user = Principal(issuer=session.issuer, subject=session.subject)
+        found = await connections.flow_for_browser(flow)
+        if found is None:
+            return pages.not_found()
+        # The phishing defence: whoever opened the link must be the user who asked for it.
+        if found.principal != browser_user:
+            await connections.record_mismatch(found, browser_user, "connect_page")
+            logger.warning("connect link opened by another user than its owner; refused")
+            refused = pages.wrong_user()
+            refused.set_cookie(jar.clear(SESSION))  # so the rightful user can sign in on this browser
+            return refused
+        provider = registry.get(found.provider)
+        if found.status != "pending" or provider is None:
+            return pages.not_found()
+        try:
+            url = await connections.authorization_redirect(found, provider)
+        except NotFound:
+            return pages.not_found()
+        except ProviderUnavailable as exc:
+            logger.warning("cannot send the browser to provider %s: %s", provider.name, exc)
+            return pages.failed(provider.label)
+        return pages.redirect(url)
+
+    @get(LOGIN_CALLBACK_PATH, include_in_schema=False)
+    async def login_callback(
+        request: Request[Any, Any, Any],
+        oauth_state: StateParam = None,
+        code: str | None = None,
+        error: str | None = None,
+        iss: str | None = None,
+    ) -> Response[str]:
+        pending = jar.read_login(request.cookies)
+        if pending is None or not oauth_state or not hmac.compare_digest(oauth_state.encode(), pending.state.encode()):
+            response = pages.bad_callback(
+                "This sign-in response does not belong to a sign-in started in this browser, or it expired."
+            )
+            response.set_cookie(jar.clear(LOGIN))
+            return response
+        if error or not code or (iss is not None and iss != login.issuer):
+            logger.info("browser sign-in did not complete: %s", _error_code(error) if error else "no code or bad iss")
+            response = pages.login_failed()
+            response.set_cookie(jar.clear(LOGIN))
+            return response
+        try:
+            session = await login.complete(code=code, code_verifier=pending.code_verifier, nonce=pending.nonce)
+        except LoginFailed as exc:
+            logger.info("browser sign-in failed: %s", exc)
+            response = pages.login_failed()
+            response.set_cookie(jar.clear(LOGIN))
+            return response
+        return pages.redirect(
+            f"{connections.public_url}/connect/{pending.flow}",
+            cookies=[jar.session_cookie(session), jar.clear(LOGIN)],
+        )
+
+    @get("/oauth/callback", include_in_schema=False)
+    async def provider_callback(
+        request: Request[Any, Any, Any],
+        oauth_state: StateParam = None,
+        code: str | None = None,
+        error: str | None = None,
+        iss: str | None = None,
+    ) -> Response[str]:
+        if not oauth_state:
+            return pages.bad_callback("The response carries no state, so it cannot be matched to a connection.")
+        try:
+            consumed = await connections.consume(oauth_state)
+        except DecryptError:
+            logger.error("a flow's sealed secrets did not open; check TOKEN_ENCRYPTION_KEYS")
+            consumed = None
+        if consumed is None:
+            return pages.bad_callback(
+                "It does not match an open connection request: it is unknown, expired, or was already used."
+            )
+        flow = consumed.flow
+        provider = registry.get(flow.provider)
+        session = jar.read_session(request.cookies)
+        browser_user = Principal(issuer=session.issuer, subject=session.subject) if session else None
+        if browser_user != flow.principal:
+            if browser_user is not None:
+                await connections.record_mismatch(flow, browser_user, "callback")
+            await connections.fail(flow, "failed", "subject_mismatch" if browser_user else "no_session")
+            return pages.wrong_user()
+        if provider is None:
+            await connections.fail(flow, "failed", "unknown_provider")
+            return pages.failed(flow.provider)
+        if error:
+            code_ = _error_code(error)
+            if code_ == "access_denied":
+                await connections.fail(flow, "denied", code_)
+                return pages.denied(provider.label)
+            await connections.fail(flow, "failed", code_)
+            return pages.failed(provider.label)
+        if iss is not None and provider.issuer is not None and iss.rstrip("/") != provider.issuer:
+            # RFC 9207: the response came from another authorization server (mix-up attack).
+            await connections.fail(flow, "failed", "issuer_mismatch")
+            return pages.failed(provider.label)
+        if not code:
+            await connections.fail(flow, "failed", "missing_code")
+            return pages.failed(provider.label)
+        try:
+            await connections.complete(consumed, provider, code)
+        except (OAuthFailure, ProviderUnavailable) as exc:
+            reason = exc.error if isinstance(exc, OAuthFailure) else "provider_unavailable"
+            logger.info("connecting %s failed: %s", provider.name, reason)
+            await connections.fail(flow, "failed", reason)
+            return pages.failed(provider.label)
+        logger.info("connection to %s completed", provider.name)
+        return pages.connected(provider.label)
+
+    return [connect, login_callback, provider_callback]

@@ -1,0 +1,146 @@
+"""Sealed, short-lived browser cookies: the signed-in subject, and a login in progress.
+
+Both cookies are AES-256-GCM sealed (so they are signed and unreadable) under a key derived with HKDF
+from the ``TOKEN_ENCRYPTION_KEYS`` ring: no extra secret to manage, and a different key than the token
+vault's because the HKDF info differs. ``keys[0]`` seals; every ring key opens, so a rotation does not
+sign everybody out. The cookie name and an expiry are inside the sealed payload, so a login cookie cannot
+be replayed as a session cookie and an old cookie stops working even if a browser keeps it.
+
+Cookie attributes: ``HttpOnly``, ``SameSite=Lax`` (the IdP's redirect back to us is a top-level GET, which
+Lax allows), ``Path=/``, a ``Max-Age`` equal to the payload's lifetime. On an https ``PUBLIC_URL`` they are
+``Secure`` and named with the ``__Host-`` prefix (host-only, not settable by a sibling subdomain); browsers
+refuse a ``__Host-`` cookie without ``Secure``, and ``Secure`` cookies are not stored over plain http, so on
+an http ``PUBLIC_URL`` (local development) the unprefixed name and no ``Secure`` are used.
+"""
+
+import base64
+import json
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from cryptography.hazmat.primitives.hashes import SHA256
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+from litestar.datastructures import Cookie
+
+_INFO = b"coatcheck/browser-cookie/v1/aes-256-gcm"
+_NONCE = 12
+SESSION = "session"
+LOGIN = "login"
+
+
+def _b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).decode().rstrip("=")
+
+
+def _unb64(text: str) -> bytes:
+    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+
+
+@dataclass(frozen=True, slots=True)
+class BrowserSession:
+    """Who the browser proved to be at ``OIDC_ISSUER`` (the same pair as an MCP principal)."""
+
+    issuer: str
+    subject: str
+
+
+@dataclass(frozen=True, slots=True)
+class LoginInProgress:
+    """What the login callback must find again: the OIDC ``state``, ``nonce``, PKCE verifier and the flow."""
+
+    state: str
+    nonce: str
+    code_verifier: str
+    flow: str
+
+
+class CookieJar:
+    """Seals and opens Coatcheck's browser cookies."""
+
+    def __init__(self, keys: Sequence[bytes], *, secure: bool, session_seconds: int, login_seconds: int) -> None:
+        if not keys:
+            raise ValueError("the cookie key ring needs at least one key")
+        self._aeads = [AESGCM(HKDF(algorithm=SHA256(), length=32, salt=None, info=_INFO).derive(k)) for k in keys]
+        self.secure = secure
+        self.session_seconds = session_seconds
+        self.login_seconds = login_seconds
+
+    def name(self, kind: str) -> str:
+        return f"__Host-coatcheck-{kind}" if self.secure else f"coatcheck-{kind}"
+
+    def _seal(self, kind: str, payload: dict[str, Any], lifetime: int) -> str:
+        body = json.dumps({**payload, "k": kind, "exp": int(time.time()) + lifetime}, separators=(",", ":"))
+        nonce = os.urandom(_NONCE)
+        return _b64(nonce + self._aeads[0].encrypt(nonce, body.encode(), self.name(kind).encode()))
+
+    def _open(self, kind: str, sealed: str | None) -> dict[str, Any] | None:
+        if not sealed or len(sealed) > 4096:
+            return None
+        try:
+            raw = _unb64(sealed)
+        except ValueError:
+            return None
+        if len(raw) <= _NONCE:
+            return None
+        for aead in self._aeads:
+            try:
+                plain = aead.decrypt(raw[:_NONCE], raw[_NONCE:], self.name(kind).encode())
+            except InvalidTag:
+                continue
+            try:
+                payload = json.loads(plain)
+            except ValueError:
+                return None
+            if not isinstance(payload, dict) or payload.get("k") != kind:
+                return None
+            expires = payload.get("exp")
+            if not isinstance(expires, int) or expires < time.time():
+                return None
+            return payload
+        return None
+
+    def _cookie(self, kind: str, value: str, max_age: int) -> Cookie:
+        return Cookie(
+            key=self.name(kind),
+            value=value,
+            path="/",
+            max_age=max_age,
+            secure=self.secure,
+            httponly=True,
+            samesite="lax",
+        )
+
+    def session_cookie(self, session: BrowserSession) -> Cookie:
+        value = self._seal(SESSION, {"iss": session.issuer, "sub": session.subject}, self.session_seconds)
+        return self._cookie(SESSION, value, self.session_seconds)
+
+    def read_session(self, cookies: dict[str, str]) -> BrowserSession | None:
+        payload = self._open(SESSION, cookies.get(self.name(SESSION)))
+        if payload is None:
+            return None
+        issuer, subject = payload.get("iss"), payload.get("sub")
+        if not isinstance(issuer, str) or not isinstance(subject, str) or not issuer or not subject:
+            return None
+        return BrowserSession(issuer=issuer, subject=subject)
+
+    def login_cookie(self, login: LoginInProgress) -> Cookie:
+        payload = {"s": login.state, "n": login.nonce, "v": login.code_verifier, "f": login.flow}
+        return self._cookie(LOGIN, self._seal(LOGIN, payload, self.login_seconds), self.login_seconds)
+
+    def read_login(self, cookies: dict[str, str]) -> LoginInProgress | None:
+        payload = self._open(LOGIN, cookies.get(self.name(LOGIN)))
+        if payload is None:
+            return None
+        values = [payload.get(key) for key in ("s", "n", "v", "f")]
+        if not all(isinstance(value, str) and value for value in values):
+            return None
+        state, nonce, verifier, flow = (str(value) for value in values)
+        return LoginInProgress(state=state, nonce=nonce, code_verifier=verifier, flow=flow)
+
+    def clear(self, kind: str) -> Cookie:
+        return self._cookie(kind, "", 0)

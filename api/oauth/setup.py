@@ -1,0 +1,75 @@
+"""Build the connection service and the browser routes from the settings (called by ``create_app``)."""
+
+import os
+from collections.abc import Mapping
+from datetime import timedelta
+from urllib.parse import urlsplit
+
+import httpx2
+from litestar.handlers import HTTPRouteHandler
+
+from api.auth import JwksCache
+from api.oauth.client import ClientCredentials, OAuthClient
+from api.oauth.login import OidcLogin
+from api.oauth.providers import ProviderRegistry, load_providers
+from api.oauth.routes import LOGIN_CALLBACK_PATH, browser_routes
+from api.oauth.service import Connections
+from api.oauth.session import CookieJar
+from api.settings import Settings
+from store.crypto import TokenCipher
+from store.db import Database
+
+LOGIN_COOKIE_SECONDS = 600
+
+
+def build_connections(
+    settings: Settings, database: Database, http: httpx2.AsyncClient, *, environ: Mapping[str, str] | None = None
+) -> Connections:
+    """The token vault's cipher, the provider registry and the service over them.
+
+    Raises:
+        ProviderConfigError: the provider configuration is unusable (names the provider, never a secret).
+    """
+    providers = load_providers(
+        providers_file=settings.providers_file,
+        providers_json=settings.providers,
+        environ=os.environ if environ is None else environ,
+    )
+    return Connections(
+        database=database,
+        cipher=TokenCipher(settings.token_key_ring),
+        registry=ProviderRegistry(providers=providers, http=http),
+        http=http,
+        public_url=settings.public_url,
+        flow_ttl=timedelta(seconds=settings.connect_flow_ttl_seconds),
+        wait_seconds=settings.connect_wait_seconds,
+        refresh_skew=timedelta(seconds=settings.token_refresh_skew_seconds),
+    )
+
+
+def build_browser_routes(
+    settings: Settings, connections: Connections, jwks: JwksCache, http: httpx2.AsyncClient
+) -> list[HTTPRouteHandler]:
+    """``/connect/{flow}`` and the two OAuth callbacks, with the OIDC login and the cookie jar they use."""
+    login = OidcLogin(
+        issuer=settings.oidc_issuer,
+        internal_url=settings.oidc_issuer_internal_url,
+        client_id=settings.oidc_client_id,
+        client=OAuthClient(
+            ClientCredentials(
+                client_id=settings.oidc_client_id, client_secret=settings.oidc_client_secret.get_secret_value()
+            )
+        ),
+        jwks=jwks,
+        http=http,
+        redirect_uri=f"{settings.public_url}{LOGIN_CALLBACK_PATH}",
+        leeway=settings.jwt_leeway_seconds,
+    )
+    jar = CookieJar(
+        # The cookie key is derived (HKDF, own label) from the newest token key: no extra secret.
+        settings.token_key_ring,
+        secure=urlsplit(settings.public_url).scheme == "https",
+        session_seconds=settings.browser_session_seconds,
+        login_seconds=LOGIN_COOKIE_SECONDS,
+    )
+    return browser_routes(connections, login, jar)

@@ -1,0 +1,239 @@
+"""The connection tools and browser routes where no browser is needed: the SDK client, raw JSON-RPC, plain HTTP.
+
+The flows a person completes in a browser are in tests/browser/test_connect_flow.py.
+"""
+
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+from mcp.client import ClientRequestContext
+from mcp.types import (
+    CallToolResult,
+    ElicitRequest,
+    ElicitRequestParams,
+    ElicitRequestURLParams,
+    ElicitResult,
+    InputRequiredResult,
+    TextContent,
+)
+from sqlalchemy import select
+
+from store.db import Database
+from store.models import OAuthFlow, table_of
+from tests.conftest import McpClientFactory
+from tests.support.devidp import DevIdP
+from tests.support.server import RunningServer
+from tests.support.wire import modern_request, response_message
+
+WHOAMI = {"provider": "demo"}
+KEY = "connect_demo"
+SECURITY_HEADERS = {
+    "cache-control": "no-store",
+    "x-frame-options": "DENY",
+    "referrer-policy": "no-referrer",
+    "x-content-type-options": "nosniff",
+}
+
+_flows = table_of(OAuthFlow)
+
+
+def _text(result: CallToolResult) -> str:
+    return " ".join(block.text for block in result.content if isinstance(block, TextContent))
+
+
+def _user() -> str:
+    return f"conn-{uuid.uuid4().hex[:8]}"
+
+
+async def _accepts_without_opening(_context: ClientRequestContext, params: ElicitRequestParams) -> ElicitResult:
+    raise AssertionError(f"unexpected elicitation {params!r}")
+
+
+class Answers:
+    """An elicitation callback that records the URL it was shown and answers ``action`` without opening it."""
+
+    def __init__(self, action: str) -> None:
+        self.action = action
+        self.urls: list[str] = []
+
+    async def __call__(self, _context: ClientRequestContext, params: ElicitRequestParams) -> ElicitResult:
+        assert isinstance(params, ElicitRequestURLParams)
+        self.urls.append(params.url)
+        return ElicitResult(action=self.action)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def http() -> Iterator[httpx.Client]:
+    with httpx.Client(timeout=15.0, follow_redirects=False) as client:
+        yield client
+
+
+def _assert_page(response: httpx.Response, status: int) -> None:
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"].startswith("text/html")
+    for name, value in SECURITY_HEADERS.items():
+        assert response.headers[name] == value, name
+    assert "frame-ancestors 'none'" in response.headers["content-security-policy"]
+    assert "Traceback" not in response.text
+
+
+async def test_an_unknown_provider_is_a_tool_error_naming_the_configured_ones(mcp_client: McpClientFactory) -> None:
+    async with mcp_client(elicitation_callback=_accepts_without_opening) as client:
+        for tool in ("connection_whoami", "connection_disconnect"):
+            result = await client.call_tool(tool, {"provider": "nope"})
+            assert result.is_error, tool
+            assert "Unknown provider 'nope'" in _text(result)
+            assert "the configured providers are: demo" in _text(result)
+
+
+async def test_connection_list_names_every_configured_provider_and_never_a_token(mcp_client: McpClientFactory) -> None:
+    async with mcp_client() as client:
+        result = await client.call_tool("connection_list", {})
+    assert not result.is_error, _text(result)
+    assert result.structured_content == {
+        "connections": [
+            {"provider": "demo", "status": "not_connected", "scopes": [], "connected_at": None, "expires_at": None}
+        ]
+    }
+
+
+async def test_whoami_without_a_connection_asks_for_a_url_and_a_repeated_call_reuses_the_same_flow(
+    mcp_client: McpClientFactory, server: RunningServer, database: Database
+) -> None:
+    username = _user()
+    async with mcp_client(username, elicitation_callback=_accepts_without_opening) as client:
+        first = await client.session.call_tool("connection_whoami", WHOAMI, allow_input_required=True)
+        second = await client.session.call_tool("connection_whoami", WHOAMI, allow_input_required=True)
+
+    urls = []
+    for result in (first, second):
+        assert isinstance(result, InputRequiredResult), result
+        assert result.input_requests is not None
+        assert set(result.input_requests) == {KEY}
+        request = result.input_requests[KEY]
+        assert isinstance(request, ElicitRequest)
+        assert isinstance(request.params, ElicitRequestURLParams)
+        assert request.params.mode == "url"
+        assert "Connect your Demo provider account" in request.params.message
+        urls.append(request.params.url)
+        # The SDK sealed the plaintext state: nothing readable about the flow travels to the client.
+        assert result.request_state is not None
+        assert result.request_state.startswith("v1.")
+        assert "flow_" not in result.request_state
+    assert urls[0] == urls[1]
+    assert urls[0].startswith(f"{server.base_url}/connect/flow_")
+    async with database.one_statement() as conn:
+        rows = (await conn.execute(select(_flows.c.status).where(_flows.c.principal_sub == username))).all()
+    assert [row.status for row in rows] == ["pending"]
+
+
+@pytest.mark.parametrize(
+    "capabilities", [{}, {"elicitation": {}}, {"elicitation": {"form": {}}}], ids=["none", "bare", "form-only"]
+)
+async def test_a_client_without_url_elicitation_gets_missing_capability_32021(
+    server: RunningServer, devidp: DevIdP, capabilities: dict[str, Any]
+) -> None:
+    token = await devidp.token(_user(), resource=server.mcp_url)
+    params = {"name": "connection_whoami", "arguments": WHOAMI}
+    async with httpx.AsyncClient(timeout=15.0) as client:
+        headers, body = _wire("tools/call", params, capabilities, token)
+        response = await client.post(server.mcp_url, headers=headers, json=body)
+    message = response_message(response)
+    assert "result" not in message, message
+    assert message["error"]["code"] == -32021
+    assert message["error"]["data"]["requiredCapabilities"] == {"elicitation": {"url": {}}}
+
+
+def _wire(method: str, params: dict[str, Any], capabilities: dict[str, Any], token: str) -> tuple[dict[str, str], Any]:
+    headers, body = modern_request(method, params, capabilities=capabilities)
+    headers["Authorization"] = f"Bearer {token}"
+    return headers, body
+
+
+async def test_a_legacy_client_is_told_that_connecting_needs_a_2026_client(mcp_client: McpClientFactory) -> None:
+    async with mcp_client(mode="legacy") as client:
+        result = await client.call_tool("connection_whoami", WHOAMI)
+        listed = await client.call_tool("connection_list", {})
+    assert result.is_error
+    assert "2026-07-28" in _text(result)
+    assert not listed.is_error  # what needs no elicitation still works
+
+
+async def test_declining_in_the_client_cancels_the_connection_and_retires_the_link(
+    mcp_client: McpClientFactory, database: Database
+) -> None:
+    username = _user()
+    answers = Answers("decline")
+    async with mcp_client(username, elicitation_callback=answers) as client:
+        result = await client.call_tool("connection_whoami", WHOAMI)
+    assert result.is_error
+    assert "Connection cancelled" in _text(result)
+    (url,) = answers.urls
+    async with database.one_statement() as conn:
+        row = (await conn.execute(select(_flows).where(_flows.c.handle == url.rsplit("/", 1)[-1]))).mappings().one()
+    assert (row["status"], row["error"]) == ("failed", "cancelled")
+
+
+async def test_a_new_call_after_a_cancelled_one_gets_a_fresh_link(mcp_client: McpClientFactory) -> None:
+    username = _user()
+    cancel, ask = Answers("cancel"), Answers("cancel")
+    async with mcp_client(username, elicitation_callback=cancel) as client:
+        first = await client.call_tool("connection_whoami", WHOAMI)
+    async with mcp_client(username, elicitation_callback=ask) as client:
+        second = await client.call_tool("connection_whoami", WHOAMI)
+    assert first.is_error
+    assert second.is_error
+    assert cancel.urls[0] != ask.urls[0]
+
+
+def test_a_callback_without_a_state_or_with_an_unknown_one_is_a_400_page(
+    http: httpx.Client, server: RunningServer
+) -> None:
+    missing = http.get(f"{server.base_url}/oauth/callback", params={"code": "abc"})
+    _assert_page(missing, 400)
+    assert "carries no state" in missing.text
+    unknown = http.get(f"{server.base_url}/oauth/callback", params={"code": "abc", "state": "made-up-state"})
+    _assert_page(unknown, 400)
+    assert "unknown, expired, or was already used" in unknown.text
+    denied_unknown = http.get(f"{server.base_url}/oauth/callback", params={"error": "access_denied", "state": "x"})
+    _assert_page(denied_unknown, 400)
+    for response in (missing, unknown):
+        assert "abc" not in response.text
+        assert "made-up-state" not in response.text
+
+
+def test_a_login_callback_that_this_browser_did_not_start_is_a_400_page(
+    http: httpx.Client, server: RunningServer
+) -> None:
+    response = http.get(f"{server.base_url}/oauth/login/callback", params={"code": "abc", "state": "forged"})
+    _assert_page(response, 400)
+
+
+def test_a_malformed_or_unknown_connect_link_is_a_404_page_or_a_sign_in(
+    http: httpx.Client, server: RunningServer, devidp: DevIdP
+) -> None:
+    _assert_page(http.get(f"{server.base_url}/connect/not-a-flow"), 404)
+    _assert_page(http.get(f"{server.base_url}/connect/cart_{'A' * 32}"), 404)
+    # A well-formed handle first needs a signed-in browser: the link itself proves nothing.
+    response = http.get(f"{server.base_url}/connect/flow_{'A' * 32}")
+    assert response.status_code == 303
+    location = httpx.URL(response.headers["location"])
+    assert str(location).startswith(f"{devidp.issuer}/auth?")
+    assert location.params["client_id"] == "coatcheck-login"
+    assert location.params["redirect_uri"] == f"{server.base_url}/oauth/login/callback"
+    assert location.params["code_challenge_method"] == "S256"
+    assert location.params["scope"] == "openid"
+    assert location.params["state"]
+    assert location.params["nonce"]
+    assert response.headers["cache-control"] == "no-store"
+    assert response.headers["referrer-policy"] == "no-referrer"
+    cookie = response.headers["set-cookie"]
+    # Over plain http a __Host- cookie would be refused by browsers, so the plain name is used, not Secure.
+    assert cookie.startswith("coatcheck-login=")
+    assert "HttpOnly" in cookie
+    assert "SameSite=Lax" in cookie or "samesite=lax" in cookie.lower()
+    assert "Secure" not in cookie
+    assert location.params["state"] not in cookie  # the cookie is sealed, not a readable copy

@@ -8,7 +8,6 @@ means "I agreed to open the link": the retry reads the flow from the store (wait
 or ends with a tool error that says how to start over. Tokens never reach the client.
 """
 
-import json
 import logging
 from dataclasses import dataclass
 from datetime import datetime
@@ -16,23 +15,17 @@ from typing import Annotated, Any, Literal
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-from mcp.shared.exceptions import MCPError
 from mcp.types import (
-    MISSING_REQUIRED_CLIENT_CAPABILITY,
-    ClientCapabilities,
-    ElicitationCapability,
     ElicitRequest,
     ElicitRequestURLParams,
     ElicitResult,
     InputRequiredResult,
-    MissingRequiredClientCapabilityErrorData,
     ToolAnnotations,
-    UrlElicitationCapability,
 )
-from mcp.types.version import is_version_at_least
 from pydantic import BaseModel, Field
 
 from api.auth import current_principal
+from api.mcp.rounds import dump_state, load_state, require_elicitation, require_multi_round_trip
 from api.oauth.client import OAuthFailure, Unauthorized
 from api.oauth.providers import ProviderConfig, ProviderUnavailable
 from api.oauth.service import Connections
@@ -43,7 +36,6 @@ from store.principal import Principal
 
 logger = logging.getLogger(__name__)
 
-URL_ELICITATION_VERSION = "2026-07-28"
 _STATE_KIND = "connect.v1"
 
 ProviderName = Annotated[
@@ -90,18 +82,13 @@ class ConnectState:
     flow: str
 
     def dump(self) -> str:
-        return json.dumps({"kind": _STATE_KIND, "provider": self.provider, "flow": self.flow}, separators=(",", ":"))
+        return dump_state(_STATE_KIND, provider=self.provider, flow=self.flow)
 
     @classmethod
     def load(cls, raw: str | None, provider: str) -> "ConnectState | None":
         """A state this tool minted for ``provider``; ``None`` for anything else (then start over)."""
-        if not raw:
-            return None
-        try:
-            data = json.loads(raw)
-        except ValueError:
-            return None
-        if not isinstance(data, dict) or data.get("kind") != _STATE_KIND or data.get("provider") != provider:
+        data = load_state(raw, _STATE_KIND)
+        if data is None or data.get("provider") != provider:
             return None
         flow = data.get("flow")
         return cls(provider=provider, flow=flow) if isinstance(flow, str) and 0 < len(flow) <= 100 else None
@@ -109,33 +96,6 @@ class ConnectState:
 
 def input_key(provider: str) -> str:
     return f"connect_{provider}"
-
-
-def _require_url_elicitation(ctx: Context, tool: str) -> None:
-    """Connecting needs a 2026-07-28 client that declared URL-mode elicitation.
-
-    The SDK does not check hand-rolled input requests against the client's capabilities, so this does:
-    a legacy client gets a tool error it can show; a modern one without ``elicitation.url`` gets -32021.
-    """
-    version = ctx.protocol_version
-    if version is None or not is_version_at_least(version, URL_ELICITATION_VERSION):
-        raise ToolError(
-            f"{tool} needs to send you to a web page to connect the account, which needs an MCP client that "
-            f"speaks protocol {URL_ELICITATION_VERSION} (URL-mode elicitation); this client speaks "
-            f"{version or 'an older one'}. Update the client and try again."
-        )
-    capabilities = ctx.client_capabilities
-    elicitation = capabilities.elicitation if capabilities is not None else None
-    if elicitation is not None and elicitation.url is not None:
-        return
-    required = ClientCapabilities(elicitation=ElicitationCapability(url=UrlElicitationCapability()))
-    raise MCPError(
-        code=MISSING_REQUIRED_CLIENT_CAPABILITY,
-        message=f"Client did not declare the URL elicitation capability required by {tool}",
-        data=MissingRequiredClientCapabilityErrorData(required_capabilities=required).model_dump(
-            by_alias=True, mode="json", exclude_none=True
-        ),
-    )
 
 
 def _ask_to_connect(
@@ -269,7 +229,13 @@ def register_connection_tools(mcp: MCPServer, connections: Connections) -> None:
                 raise ToolError(f"{config.label} did not return your profile ({exc.error}); try again later.") from None
             else:
                 return WhoamiOut(provider=config.name, profile=profile)
-        _require_url_elicitation(ctx, "connection_whoami")
+        require_multi_round_trip(
+            ctx,
+            tool="connection_whoami",
+            needs="URL-mode elicitation, to send you to a web page to connect the account",
+            nothing_done="Nothing was connected.",
+        )
+        require_elicitation(ctx, "url", tool="connection_whoami")
         flow = await connections.flow_for(principal, config)
         logger.info("connection to %s requested; sending a connect link", config.name)
         return _ask_to_connect(connections, config, flow, again=False)

@@ -17,7 +17,6 @@ Nothing a round depends on lives in process memory, so the rounds may land on di
 instances that share the database and the key ring.
 """
 
-import json
 import logging
 import secrets
 from dataclasses import dataclass
@@ -25,34 +24,27 @@ from typing import Annotated, Any
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-from mcp.shared.exceptions import MCPError
 from mcp.types import (
-    MISSING_REQUIRED_CLIENT_CAPABILITY,
     CallToolResult,
-    ClientCapabilities,
-    ElicitationCapability,
     ElicitRequest,
     ElicitRequestFormParams,
     ElicitResult,
-    FormElicitationCapability,
     InputRequiredResult,
     InputResponses,
-    MissingRequiredClientCapabilityErrorData,
     TextContent,
     ToolAnnotations,
 )
-from mcp.types.version import is_version_at_least
 from pydantic import Field
 
 from api.auth import current_principal
 from api.mcp.errors import tool_errors
+from api.mcp.rounds import dump_state, load_state, require_elicitation, require_multi_round_trip
 from api.mcp.schemas import CheckoutOut, OrderListOut, OrderOut, OrderSummaryOut
 from store.db import Database
 from store.orders import MAX_NONCE_LENGTH, CheckoutQuote, OrderReceipt, OrderRepository
 
 logger = logging.getLogger(__name__)
 
-MULTI_ROUND_TRIP_VERSION = "2026-07-28"
 CONFIRM_KEY = "confirm"
 _STATE_KIND = "checkout.confirm.v1"
 _NONCE_BYTES = 16  # 128 bits: unguessable, and unique per principal with overwhelming probability
@@ -88,9 +80,9 @@ class ConfirmationState:
     def dump(self) -> str:
         """The JSON the SDK seals into the wire requestState."""
         q = self.quote
-        return json.dumps(
-            {
-                "kind": _STATE_KIND,
+        return dump_state(
+            _STATE_KIND,
+            **{
                 "cart": q.cart_handle,
                 "version": q.version,
                 "lines": q.line_count,
@@ -99,19 +91,13 @@ class ConfirmationState:
                 "currency": q.currency,
                 "nonce": self.nonce,
             },
-            separators=(",", ":"),
         )
 
     @classmethod
     def load(cls, raw: str | None, cart_id: str) -> "ConfirmationState | None":
         """Parse a state this tool minted for ``cart_id``; ``None`` for anything else (start over)."""
-        if not raw:
-            return None
-        try:
-            data = json.loads(raw)
-        except ValueError:
-            return None
-        if not isinstance(data, dict) or data.get("kind") != _STATE_KIND or data.get("cart") != cart_id:
+        data = load_state(raw, _STATE_KIND)
+        if data is None or data.get("cart") != cart_id:
             return None
         numbers: list[int] = []
         for key in ("version", "lines", "items", "total"):
@@ -170,42 +156,6 @@ def consented(responses: InputResponses | None) -> bool:
     )
 
 
-def _require_multi_round_trip(ctx: Context) -> None:
-    """Refuse, as a tool error, a client that cannot receive the confirmation question.
-
-    A 2025-11-25 request has no ``input_required`` result (the SDK would answer -32603), and
-    on the stateless legacy leg there is no channel to push ``elicitation/create`` either.
-    """
-    version = ctx.protocol_version
-    if version is None or not is_version_at_least(version, MULTI_ROUND_TRIP_VERSION):
-        raise ToolError(
-            "cart_checkout asks the user to confirm the order, which needs an MCP client that speaks protocol "
-            f"{MULTI_ROUND_TRIP_VERSION} (multi round-trip requests); this client speaks {version or 'an older one'}. "
-            "Update the client and try again. Nothing was ordered and the cart is unchanged."
-        )
-
-
-def _require_form_elicitation(ctx: Context) -> None:
-    """Refuse a client that did not declare form elicitation, the way the SDK's ``Resolve`` path does.
-
-    The spec forbids sending an input request the client did not declare; the checkout cannot
-    proceed without consent, so this is -32021 with the capability the client lacks.
-    """
-    capabilities = ctx.client_capabilities
-    elicitation = capabilities.elicitation if capabilities is not None else None
-    # A bare ``elicitation: {}`` means form mode; a url-only declaration does not.
-    if elicitation is not None and (elicitation.form is not None or elicitation.url is None):
-        return
-    required = ClientCapabilities(elicitation=ElicitationCapability(form=FormElicitationCapability()))
-    raise MCPError(
-        code=MISSING_REQUIRED_CLIENT_CAPABILITY,
-        message="Client did not declare the form elicitation capability required by cart_checkout",
-        data=MissingRequiredClientCapabilityErrorData(required_capabilities=required).model_dump(
-            by_alias=True, mode="json", exclude_none=True
-        ),
-    )
-
-
 def _placed(receipt: OrderReceipt) -> CallToolResult:
     out = CheckoutOut.of(receipt)
     text = f"Order {receipt.handle} placed: total {money(receipt.total_cents, receipt.currency)}."
@@ -236,8 +186,13 @@ def register_order_tools(mcp: MCPServer, database: Database) -> None:
     async def cart_checkout(
         cart_id: CartId, ctx: Context
     ) -> Annotated[CallToolResult, CheckoutOut] | InputRequiredResult:
-        _require_multi_round_trip(ctx)
-        _require_form_elicitation(ctx)
+        require_multi_round_trip(
+            ctx,
+            tool="cart_checkout",
+            needs="it asks the user to confirm the order with a multi round-trip request",
+            nothing_done="Nothing was ordered and the cart is unchanged.",
+        )
+        require_elicitation(ctx, "form", tool="cart_checkout")
         principal = current_principal()
         state = ConfirmationState.load(ctx.request_state, cart_id)
 

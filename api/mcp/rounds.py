@@ -1,0 +1,89 @@
+"""What every multi-round tool checks before it asks the user anything (MCP 2026-07-28 MRTR).
+
+The SDK capability-checks only ``Resolve``-driven questions; a hand-rolled ``InputRequiredResult``
+is sent as is. So a tool that builds one calls these first:
+
+* a 2025-11-25 request cannot receive ``input_required`` (the SDK would answer -32603) and the
+  stateless legacy leg has no channel for a pushed ``elicitation/create``: a tool error it can show;
+* a 2026-07-28 client that did not declare the elicitation mode gets -32021 with the capability it
+  lacks, as the spec requires ("Servers MUST NOT send an inputRequests the client has not declared").
+
+It also parses the plaintext ``requestState`` the tool minted (the SDK has already verified the seal).
+"""
+
+import json
+from typing import Any, Literal
+
+from mcp.server.mcpserver import Context
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp.shared.exceptions import MCPError
+from mcp.types import (
+    MISSING_REQUIRED_CLIENT_CAPABILITY,
+    ClientCapabilities,
+    ElicitationCapability,
+    FormElicitationCapability,
+    MissingRequiredClientCapabilityErrorData,
+    UrlElicitationCapability,
+)
+from mcp.types.version import is_version_at_least
+
+MULTI_ROUND_TRIP_VERSION = "2026-07-28"
+
+
+def require_multi_round_trip(ctx: Context, *, tool: str, needs: str, nothing_done: str) -> None:
+    """Refuse a client older than 2026-07-28 with a tool error that says why and what happened.
+
+    ``needs`` completes "… which needs an MCP client that speaks protocol 2026-07-28 (``needs``)".
+    """
+    version = ctx.protocol_version
+    if version is None or not is_version_at_least(version, MULTI_ROUND_TRIP_VERSION):
+        raise ToolError(
+            f"{tool} needs an MCP client that speaks protocol {MULTI_ROUND_TRIP_VERSION} ({needs}); this client "
+            f"speaks {version or 'an older one'}. Update the client and try again. {nothing_done}"
+        )
+
+
+def require_elicitation(ctx: Context, mode: Literal["form", "url"], *, tool: str) -> None:
+    """Raise -32021 unless the client declared elicitation in ``mode``.
+
+    A bare ``elicitation: {}`` declares form mode only; URL mode must be named.
+    """
+    capabilities = ctx.client_capabilities
+    elicitation = capabilities.elicitation if capabilities is not None else None
+    if elicitation is not None:
+        if mode == "url" and elicitation.url is not None:
+            return
+        if mode == "form" and (elicitation.form is not None or elicitation.url is None):
+            return
+    wanted = (
+        ElicitationCapability(url=UrlElicitationCapability())
+        if mode == "url"
+        else ElicitationCapability(form=FormElicitationCapability())
+    )
+    raise MCPError(
+        code=MISSING_REQUIRED_CLIENT_CAPABILITY,
+        message=f"Client did not declare the {mode} elicitation capability required by {tool}",
+        data=MissingRequiredClientCapabilityErrorData(
+            required_capabilities=ClientCapabilities(elicitation=wanted)
+        ).model_dump(by_alias=True, mode="json", exclude_none=True),
+    )
+
+
+def load_state(raw: str | None, kind: str) -> dict[str, Any] | None:
+    """The JSON object a tool sealed as ``requestState`` if it is of ``kind``; ``None`` means start over.
+
+    The seal proves this server minted it for this caller, tool and arguments, but a state minted by an
+    older or newer server version may have another shape, so callers still validate each field.
+    """
+    if not raw:
+        return None
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        return None
+    return data if isinstance(data, dict) and data.get("kind") == kind else None
+
+
+def dump_state(kind: str, **fields: Any) -> str:
+    """The plaintext ``requestState`` for ``fields``; the SDK seals it on the way out."""
+    return json.dumps({"kind": kind, **fields}, separators=(",", ":"))

@@ -15,6 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from store.models import AuditEvent, table_of
 from store.principal import Principal
+from store.scoping import owned_by, principal_params
 
 MAX_DETAIL = 200
 _CODE = re.compile(r"[a-z][a-z_]{0,31}")
@@ -31,7 +32,7 @@ _RECORD = insert(_event).values(
 )
 _LIST = (
     select(_event.c.action, _event.c.provider, _event.c.outcome, _event.c.detail, _event.c.created_at)
-    .where(_event.c.principal_iss == bindparam("p_iss"), _event.c.principal_sub == bindparam("p_sub"))
+    .where(owned_by(_event))
     .order_by(_event.c.created_at.desc(), _event.c.id.desc())
     .limit(bindparam("p_limit"))
 )
@@ -93,7 +94,5 @@ class AuditRepository:
 
     async def list(self, principal: Principal, *, limit: int = 100) -> list[AuditEntry]:
         """The principal's events, newest first. One query."""
-        rows = await self._conn.execute(
-            _LIST, {"p_iss": principal.issuer, "p_sub": principal.subject, "p_limit": max(0, limit)}
-        )
+        rows = await self._conn.execute(_LIST, {**principal_params(principal), "p_limit": max(0, limit)})
         return [AuditEntry(*row) for row in rows]

@@ -10,15 +10,15 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import NoReturn
 
-from sqlalchemy import and_, bindparam, delete, exists, func, insert, literal, select, update
+from sqlalchemy import bindparam, delete, exists, func, insert, literal, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncConnection
-from sqlalchemy.sql.elements import ColumnElement
 
 from store.errors import Conflict, InvalidInput, NotFound
 from store.handles import is_well_formed, new_handle
 from store.models import Cart, CartItem, Product, table_of
 from store.principal import Principal
+from store.scoping import owned_by, principal_params
 
 CART_PREFIX = "cart"
 MAX_QUANTITY = 999
@@ -65,16 +65,11 @@ class CartSummary:
     created_at: datetime
 
 
-def _owned_by(principal: Principal) -> ColumnElement[bool]:
-    return and_(_cart.c.principal_iss == principal.issuer, _cart.c.principal_sub == principal.subject)
-
-
-def _owner(principal: Principal) -> dict[str, str]:
-    return {"p_iss": principal.issuer, "p_sub": principal.subject}
-
+# A cart with its lines priced from the catalog (an empty cart still yields one row).
+_CART_LINES = _cart.outerjoin(_item, _item.c.cart_id == _cart.c.id).outerjoin(_product, _product.c.sku == _item.c.sku)
 
 # The hot statements are built once; each call only binds values (no per-call construction).
-_OWNED = and_(_cart.c.principal_iss == bindparam("p_iss"), _cart.c.principal_sub == bindparam("p_sub"))
+_OWNED = owned_by(_cart)
 _VIEW = (
     select(
         _cart.c.version,
@@ -85,9 +80,7 @@ _VIEW = (
         _product.c.unit_price_cents,
         _product.c.currency,
     )
-    .select_from(
-        _cart.outerjoin(_item, _item.c.cart_id == _cart.c.id).outerjoin(_product, _product.c.sku == _item.c.sku)
-    )
+    .select_from(_CART_LINES)
     .where(_cart.c.handle == bindparam("p_handle"), _OWNED)
     .order_by(_item.c.sku)
 )
@@ -98,6 +91,24 @@ _BUMP = (
     .returning(_cart.c.id)
 )
 _BUMP_IF_VERSION = _BUMP.where(_cart.c.version == bindparam("p_expected"))
+_STATUS = select(_cart.c.status, _cart.c.version).where(_cart.c.handle == bindparam("p_handle"), _OWNED)
+_LIST = (
+    select(
+        _cart.c.handle,
+        _cart.c.version,
+        _cart.c.status,
+        func.count(_item.c.sku),
+        func.coalesce(func.sum(_item.c.quantity), 0),
+        func.coalesce(func.sum(_item.c.quantity * _product.c.unit_price_cents), 0),
+        func.min(_product.c.currency),
+        _cart.c.created_at,
+    )
+    .select_from(_CART_LINES)
+    .where(_OWNED)
+    .group_by(_cart.c.id)
+    .order_by(_cart.c.created_at.desc(), _cart.c.id.desc())
+)
+_DELETE = delete(_cart).where(_cart.c.handle == bindparam("p_handle"), _OWNED).returning(_cart.c.id)
 
 
 class CartRepository:
@@ -122,7 +133,7 @@ class CartRepository:
         """
         if not is_well_formed(handle, CART_PREFIX):
             raise NotFound("cart", handle)
-        rows = (await self._conn.execute(_VIEW, {"p_handle": handle, **_owner(principal)})).all()
+        rows = (await self._conn.execute(_VIEW, {"p_handle": handle, **principal_params(principal)})).all()
         if not rows:
             raise NotFound("cart", handle)
         version, status = rows[0][0], rows[0][1]
@@ -157,7 +168,7 @@ class CartRepository:
             raise InvalidInput(f"quantity must be between 0 and {MAX_QUANTITY}; use 0 to remove the item")
         if not is_well_formed(handle, CART_PREFIX):
             raise NotFound("cart", handle)
-        params: dict[str, object] = {"p_handle": handle, **_owner(principal)}
+        params: dict[str, object] = {"p_handle": handle, **principal_params(principal)}
         if expected_version is None:
             bumped = await self._conn.execute(_BUMP, params)
         else:
@@ -193,11 +204,7 @@ class CartRepository:
         return await self.view(principal, handle)
 
     async def _explain_unwritable(self, principal: Principal, handle: str, expected_version: int | None) -> NoReturn:
-        row = (
-            await self._conn.execute(
-                select(_cart.c.status, _cart.c.version).where(_cart.c.handle == handle, _owned_by(principal))
-            )
-        ).one_or_none()
+        row = (await self._conn.execute(_STATUS, {"p_handle": handle, **principal_params(principal)})).one_or_none()
         if row is None:
             raise NotFound("cart", handle)
         status, version = row
@@ -218,24 +225,6 @@ class CartRepository:
 
     async def list(self, principal: Principal) -> list[CartSummary]:
         """The principal's carts, newest first, with line and item counts and totals."""
-        stmt = (
-            select(
-                _cart.c.handle,
-                _cart.c.version,
-                _cart.c.status,
-                func.count(_item.c.sku),
-                func.coalesce(func.sum(_item.c.quantity), 0),
-                func.coalesce(func.sum(_item.c.quantity * _product.c.unit_price_cents), 0),
-                func.min(_product.c.currency),
-                _cart.c.created_at,
-            )
-            .select_from(
-                _cart.outerjoin(_item, _item.c.cart_id == _cart.c.id).outerjoin(_product, _product.c.sku == _item.c.sku)
-            )
-            .where(_owned_by(principal))
-            .group_by(_cart.c.id)
-            .order_by(_cart.c.created_at.desc(), _cart.c.id.desc())
-        )
         return [
             CartSummary(
                 handle=handle,
@@ -247,7 +236,9 @@ class CartRepository:
                 currency=currency,
                 created_at=created_at,
             )
-            for handle, version, status, lines, items, total, currency, created_at in await self._conn.execute(stmt)
+            for handle, version, status, lines, items, total, currency, created_at in await self._conn.execute(
+                _LIST, principal_params(principal)
+            )
         ]
 
     async def delete(self, principal: Principal, handle: str) -> None:
@@ -258,8 +249,6 @@ class CartRepository:
         """
         if not is_well_formed(handle, CART_PREFIX):
             raise NotFound("cart", handle)
-        result = await self._conn.execute(
-            delete(_cart).where(_cart.c.handle == handle, _owned_by(principal)).returning(_cart.c.id)
-        )
+        result = await self._conn.execute(_DELETE, {"p_handle": handle, **principal_params(principal)})
         if result.scalar_one_or_none() is None:
             raise NotFound("cart", handle)

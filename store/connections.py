@@ -33,6 +33,7 @@ from store.errors import DecryptError, InvalidGrant, NotFound
 from store.flows import count_stale_flow_secrets, reencrypt_flow_batch
 from store.models import ProviderConnection, table_of
 from store.principal import Principal
+from store.scoping import owned_by, principal_params
 
 __all__ = [
     "ConnectionInfo",
@@ -50,11 +51,7 @@ logger = logging.getLogger(__name__)
 _conn_t = table_of(ProviderConnection)
 _TABLE = "provider_connection"
 
-_OWNED = and_(
-    _conn_t.c.principal_iss == bindparam("p_iss"),
-    _conn_t.c.principal_sub == bindparam("p_sub"),
-    _conn_t.c.provider == bindparam("p_provider"),
-)
+_OWNED = and_(owned_by(_conn_t), _conn_t.c.provider == bindparam("p_provider"))
 _INFO_COLUMNS = (
     _conn_t.c.provider,
     _conn_t.c.status,
@@ -70,11 +67,7 @@ _FULL_COLUMNS = (
     _conn_t.c.access_token_enc,
     _conn_t.c.refresh_token_enc,
 )
-_LIST = (
-    select(*_INFO_COLUMNS)
-    .where(_conn_t.c.principal_iss == bindparam("p_iss"), _conn_t.c.principal_sub == bindparam("p_sub"))
-    .order_by(_conn_t.c.provider)
-)
+_LIST = select(*_INFO_COLUMNS).where(owned_by(_conn_t)).order_by(_conn_t.c.provider)
 _INFO = select(*_INFO_COLUMNS).where(_OWNED)
 _READ = select(*_FULL_COLUMNS).where(_OWNED)
 _LOCK = _READ.with_for_update()
@@ -168,7 +161,7 @@ def _aad(row_id: int, principal: Principal, provider: str, column: str) -> bytes
 
 
 def _owner(principal: Principal, provider: str) -> dict[str, str]:
-    return {"p_iss": principal.issuer, "p_sub": principal.subject, "p_provider": provider}
+    return {**principal_params(principal), "p_provider": provider}
 
 
 class ConnectionRepository:
@@ -182,7 +175,7 @@ class ConnectionRepository:
 
     async def list(self, principal: Principal) -> list[ConnectionInfo]:
         """The principal's connections by provider name. One query, nothing decrypted."""
-        rows = await self._conn.execute(_LIST, {"p_iss": principal.issuer, "p_sub": principal.subject})
+        rows = await self._conn.execute(_LIST, principal_params(principal))
         return [_info_of(row) for row in rows.mappings()]
 
     async def info(self, principal: Principal, provider: str) -> ConnectionInfo | None:

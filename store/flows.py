@@ -41,6 +41,7 @@ from store.errors import DecryptError, NotFound
 from store.handles import is_well_formed, new_handle
 from store.models import OAuthFlow, table_of
 from store.principal import Principal
+from store.scoping import owned_by, principal_params
 
 __all__ = [
     "FINISHED_STATUSES",
@@ -77,7 +78,7 @@ _COLUMNS = (
     _flow.c.error,
 )
 _OPEN = and_(_flow.c.status == "pending", _flow.c.expires_at > func.now())
-_OWNED = and_(_flow.c.principal_iss == bindparam("p_iss"), _flow.c.principal_sub == bindparam("p_sub"))
+_OWNED = owned_by(_flow)
 
 _BEGIN = (
     insert(_flow)
@@ -165,7 +166,7 @@ def _flow_of(row: RowMapping) -> Flow:
 async def _owned_flow(conn: AsyncConnection, principal: Principal, handle: str) -> Flow | None:
     if not is_well_formed(handle, FLOW_PREFIX):
         return None
-    params = {"p_handle": handle, "p_iss": principal.issuer, "p_sub": principal.subject}
+    params = {"p_handle": handle, **principal_params(principal)}
     row = (await conn.execute(_GET, params)).mappings().one_or_none()
     return _flow_of(row) if row is not None else None
 

@@ -19,17 +19,18 @@ confirmation). The unique constraints back this up should the lock ever be bypas
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import Integer, String, Text, and_, bindparam, func, insert, select, true, update
+from sqlalchemy import Integer, String, Text, bindparam, func, insert, select, true, update
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from store.carts import CART_PREFIX
 from store.errors import Conflict, InvalidInput, NotFound
 from store.handles import is_well_formed, new_handle
 from store.models import Cart, CartItem, Order, OrderLine, Product, table_of
 from store.principal import Principal
+from store.scoping import owned_by, principal_params
 
 ORDER_PREFIX = "ord"
-CART_PREFIX = "cart"
 MAX_NONCE_LENGTH = 64
 
 _cart = table_of(Cart)
@@ -141,14 +142,10 @@ class _CartSnapshot:
         )
 
 
-def _owner(principal: Principal) -> dict[str, str]:
-    return {"p_iss": principal.issuer, "p_sub": principal.subject}
-
-
 # Statements are built once; each call only binds values. Parameter names carry a p_ prefix so they
 # never collide with the column names an INSERT or UPDATE reserves for its own values.
-_OWNS_CART = and_(_cart.c.principal_iss == bindparam("p_iss"), _cart.c.principal_sub == bindparam("p_sub"))
-_OWNS_ORDER = and_(_order.c.principal_iss == bindparam("p_iss"), _order.c.principal_sub == bindparam("p_sub"))
+_OWNS_CART = owned_by(_cart)
+_OWNS_ORDER = owned_by(_order)
 
 _SNAPSHOT = (
     select(
@@ -281,7 +278,7 @@ class OrderRepository:
     async def _snapshot(self, principal: Principal, cart_handle: str, *, lock: bool) -> _CartSnapshot | None:
         """The cart, its priced lines and its order, in one query; ``lock`` takes the cart row lock."""
         stmt = _SNAPSHOT_LOCKED if lock else _SNAPSHOT
-        rows = (await self._conn.execute(stmt, {"p_cart": cart_handle, **_owner(principal)})).all()
+        rows = (await self._conn.execute(stmt, {"p_cart": cart_handle, **principal_params(principal)})).all()
         if not rows:
             return None
         first = rows[0]
@@ -376,7 +373,7 @@ class OrderRepository:
             _PLACE,
             {
                 "p_order": handle,
-                **_owner(principal),
+                **principal_params(principal),
                 "p_cart_id": snapshot.cart_id,
                 "p_cart": quote.cart_handle,
                 "p_nonce": nonce,
@@ -393,7 +390,7 @@ class OrderRepository:
     async def placed_with(self, principal: Principal, nonce: str) -> OrderReceipt | None:
         """The order this principal placed with ``nonce``, if any. One query."""
         _check_nonce(nonce)
-        row = (await self._conn.execute(_PLACED_WITH, {"p_nonce": nonce, **_owner(principal)})).one_or_none()
+        row = (await self._conn.execute(_PLACED_WITH, {"p_nonce": nonce, **principal_params(principal)})).one_or_none()
         if row is None:
             return None
         return OrderReceipt(handle=row[0], total_cents=row[1], currency=row[2], status=row[3])
@@ -406,7 +403,7 @@ class OrderRepository:
         """
         if not is_well_formed(handle, ORDER_PREFIX):
             raise NotFound("order", handle)
-        rows = (await self._conn.execute(_VIEW, {"p_order": handle, **_owner(principal)})).all()
+        rows = (await self._conn.execute(_VIEW, {"p_order": handle, **principal_params(principal)})).all()
         if not rows:
             raise NotFound("order", handle)
         cart_handle, status, total, currency, placed_at = rows[0][:5]
@@ -440,7 +437,7 @@ class OrderRepository:
                 placed_at=placed_at,
             )
             for handle, cart_handle, status, lines, items, total, currency, placed_at in await self._conn.execute(
-                _LIST, _owner(principal)
+                _LIST, principal_params(principal)
             )
         ]
 

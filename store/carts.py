@@ -16,6 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from store.errors import Conflict, InvalidInput, NotFound
 from store.handles import is_well_formed, new_handle
+from store.lines import PricedLine
 from store.models import Cart, CartItem, Product, table_of
 from store.principal import Principal
 from store.scoping import owned_by, principal_params
@@ -29,24 +30,13 @@ _product = table_of(Product)
 
 
 @dataclass(frozen=True, slots=True)
-class CartLine:
-    """One line of a cart, priced from the catalog."""
-
-    sku: str
-    name: str
-    quantity: int
-    unit_price_cents: int
-    line_total_cents: int
-
-
-@dataclass(frozen=True, slots=True)
 class CartView:
     """A cart with its lines and total."""
 
     handle: str
     version: int
     status: str
-    items: list[CartLine]
+    items: list[PricedLine]
     total_cents: int
     currency: str | None
 
@@ -138,7 +128,7 @@ class CartRepository:
             raise NotFound("cart", handle)
         version, status = rows[0][0], rows[0][1]
         lines = [
-            CartLine(sku=sku, name=name, quantity=qty, unit_price_cents=price, line_total_cents=qty * price)
+            PricedLine(sku=sku, name=name, quantity=qty, unit_price_cents=price)
             for _, _, sku, name, qty, price, _ in rows
             if sku is not None
         ]

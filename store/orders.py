@@ -26,6 +26,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from store.carts import CART_PREFIX
 from store.errors import Conflict, InvalidInput, NotFound
 from store.handles import is_well_formed, new_handle
+from store.lines import PricedLine
 from store.models import Cart, CartItem, Order, OrderLine, Product, table_of
 from store.principal import Principal
 from store.scoping import owned_by, principal_params
@@ -72,24 +73,13 @@ class OrderReceipt:
 
 
 @dataclass(frozen=True, slots=True)
-class OrderLineView:
-    """One line of an order, priced as it was when the order was placed."""
-
-    sku: str
-    name: str
-    quantity: int
-    unit_price_cents: int
-    line_total_cents: int
-
-
-@dataclass(frozen=True, slots=True)
 class OrderView:
     """An order with its lines."""
 
     handle: str
     cart_handle: str
     status: str
-    items: list[OrderLineView]
+    items: list[PricedLine]
     item_count: int
     total_cents: int
     currency: str
@@ -408,7 +398,7 @@ class OrderRepository:
             raise NotFound("order", handle)
         cart_handle, status, total, currency, placed_at = rows[0][:5]
         lines = [
-            OrderLineView(sku=sku, name=name, quantity=qty, unit_price_cents=price, line_total_cents=qty * price)
+            PricedLine(sku=sku, name=name, quantity=qty, unit_price_cents=price)
             for *_, sku, name, qty, price in rows
             if sku is not None
         ]

@@ -7,6 +7,7 @@ from pydantic import BaseModel, Field
 
 from store.carts import CartSummary, CartView
 from store.catalog import ProductRow
+from store.lines import PricedLine
 from store.orders import OrderReceipt, OrderSummary, OrderView
 
 
@@ -35,14 +36,24 @@ class CartCreated(BaseModel):
     cart_id: str = Field(description="Opaque cart handle, e.g. cart_3q2F…")
 
 
-class CartLineOut(BaseModel):
-    """One line of a cart."""
+class LineOut(BaseModel):
+    """One priced line of a cart (current catalog price) or an order (price when placed)."""
 
     sku: str
     name: str
     quantity: int
     unit_price_cents: int
     line_total_cents: int
+
+    @classmethod
+    def of(cls, line: PricedLine) -> "LineOut":
+        return cls(
+            sku=line.sku,
+            name=line.name,
+            quantity=line.quantity,
+            unit_price_cents=line.unit_price_cents,
+            line_total_cents=line.line_total_cents,
+        )
 
 
 class CartOut(BaseModel):
@@ -51,7 +62,7 @@ class CartOut(BaseModel):
     cart_id: str
     version: int
     status: str = Field(description="open or checked_out")
-    items: list[CartLineOut]
+    items: list[LineOut]
     total_cents: int
     currency: str | None = Field(description="ISO 4217 code of the items; null while the cart is empty")
 
@@ -61,16 +72,7 @@ class CartOut(BaseModel):
             cart_id=cart.handle,
             version=cart.version,
             status=cart.status,
-            items=[
-                CartLineOut(
-                    sku=line.sku,
-                    name=line.name,
-                    quantity=line.quantity,
-                    unit_price_cents=line.unit_price_cents,
-                    line_total_cents=line.line_total_cents,
-                )
-                for line in cart.items
-            ],
+            items=[LineOut.of(line) for line in cart.items],
             total_cents=cart.total_cents,
             currency=cart.currency,
         )
@@ -128,23 +130,13 @@ class CheckoutOut(BaseModel):
         return cls(order_id=receipt.handle, total_cents=receipt.total_cents, currency=receipt.currency, status="placed")
 
 
-class OrderLineOut(BaseModel):
-    """One line of an order, priced as it was when the order was placed."""
-
-    sku: str
-    name: str
-    quantity: int
-    unit_price_cents: int
-    line_total_cents: int
-
-
 class OrderOut(BaseModel):
     """An order with its lines. Orders never change after they are placed."""
 
     order_id: str
     cart_id: str = Field(description="The cart the order was placed from")
     status: str = Field(description="placed")
-    items: list[OrderLineOut]
+    items: list[LineOut]
     item_count: int = Field(description="Sum of quantities over all lines")
     total_cents: int
     currency: str
@@ -156,16 +148,7 @@ class OrderOut(BaseModel):
             order_id=order.handle,
             cart_id=order.cart_handle,
             status=order.status,
-            items=[
-                OrderLineOut(
-                    sku=line.sku,
-                    name=line.name,
-                    quantity=line.quantity,
-                    unit_price_cents=line.unit_price_cents,
-                    line_total_cents=line.line_total_cents,
-                )
-                for line in order.items
-            ],
+            items=[LineOut.of(line) for line in order.items],
             item_count=order.item_count,
             total_cents=order.total_cents,
             currency=order.currency,

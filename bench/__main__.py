@@ -75,9 +75,22 @@ def uvicorn_target(factory: str, env: dict[str, str]) -> Iterator[str]:
     port = free_port()
     log = tempfile.NamedTemporaryFile(prefix="bench-", suffix=".log", delete=False)  # noqa: SIM115
     process = subprocess.Popen(
-        [sys.executable, "-m", "uvicorn", "--factory", factory, "--port", str(port), "--log-level", "warning",
-         "--no-access-log"],
-        env={**os.environ, **env}, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT,
+        [
+            sys.executable,
+            "-m",
+            "uvicorn",
+            "--factory",
+            factory,
+            "--port",
+            str(port),
+            "--log-level",
+            "warning",
+            "--no-access-log",
+        ],
+        env={**os.environ, **env},
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        cwd=ROOT,
     )
 
     def up() -> bool:
@@ -119,7 +132,9 @@ def run_wrk(url: str, script: str, seconds: int, connections: int) -> dict[str, 
         f.write(script)
     out = subprocess.run(
         ["wrk", "-t1", f"-c{connections}", f"-d{seconds}s", "--latency", "-s", f.name, url],
-        capture_output=True, text=True, check=True,
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout
     rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out)[1])  # type: ignore[index]
     non2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
@@ -189,8 +204,9 @@ def main() -> None:
         set_item_bodies = [
             call("cart_set_item", {"cart_id": c, "sku": "hat-beanie", "quantity": 2})[1] for c in cart_ids
         ]
-        sdk_headers, sdk_body = modern_request("tools/call", {"name": "cart_view", "arguments": {"cart_id": cart_id}},
-                                               request_id=1)
+        sdk_headers, sdk_body = modern_request(
+            "tools/call", {"name": "cart_view", "arguments": {"cart_id": cart_id}}, request_id=1
+        )
         targets = {
             "floor-cart (bare Litestar + query)": (floor, sdk_headers, sdk_body),
             "sdk-cart (stock mcp app, no auth)": (sdk, sdk_headers, sdk_body),
@@ -213,12 +229,16 @@ def main() -> None:
 
     floor_rps = med("floor-cart (bare Litestar + query)", "rps")
     sdk_rps = med("sdk-cart (stock mcp app, no auth)", "rps")
-    print(f"\nwrk -t1 -c{args.connections}, {args.rounds} interleaved rounds x {args.seconds}s, one uvicorn worker each")
+    print(
+        f"\nwrk -t1 -c{args.connections}, {args.rounds} interleaved rounds x {args.seconds}s, one uvicorn worker each"
+    )
     print(f"{'target':40} {'rps (median)':>13} {'min-max':>15} {'p50 ms':>8} {'p99 ms':>8} {'/floor':>7} {'/sdk':>6}")
     for name in targets:
         rps = [r["rps"] for r in results[name]]
-        print(f"{name:40} {med(name, 'rps'):13.0f} {min(rps):7.0f}-{max(rps):<7.0f} {med(name, 'p50'):8.1f} "
-              f"{med(name, 'p99'):8.1f} {med(name, 'rps') / floor_rps:7.2f} {med(name, 'rps') / sdk_rps:6.2f}")
+        print(
+            f"{name:40} {med(name, 'rps'):13.0f} {min(rps):7.0f}-{max(rps):<7.0f} {med(name, 'p50'):8.1f} "
+            f"{med(name, 'p99'):8.1f} {med(name, 'rps') / floor_rps:7.2f} {med(name, 'rps') / sdk_rps:6.2f}"
+        )
 
 
 if __name__ == "__main__":

@@ -34,7 +34,12 @@ async def _view(pool: Any, cart_id: str) -> dict[str, Any]:
         for r in rows
         if r[2] is not None
     ]
-    return {"cart_id": cart_id, "version": rows[0][0], "items": items, "total_cents": sum(i["line_total_cents"] for i in items)}
+    return {
+        "cart_id": cart_id,
+        "version": rows[0][0],
+        "items": items,
+        "total_cents": sum(i["line_total_cents"] for i in items),
+    }
 
 
 def floor_app() -> Litestar:

@@ -1,6 +1,5 @@
 """compose.yaml agrees with the code (no Docker engine runs on CI machines, so this is checked statically)."""
 
-
 import json
 import re
 from pathlib import Path

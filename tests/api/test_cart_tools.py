@@ -112,7 +112,8 @@ async def test_another_principal_cannot_view_change_list_or_delete_a_cart_and_se
         ]:
             foreign = await bob.call_tool(tool, {"cart_id": alices_cart, **extra})
             unknown = await bob.call_tool(tool, {"cart_id": made_up, **extra})
-            assert foreign.is_error and unknown.is_error
+            assert foreign.is_error
+            assert unknown.is_error
             assert _text(foreign).replace(alices_cart, "<id>") == _text(unknown).replace(made_up, "<id>")
             assert "No cart with id" in _text(foreign)
             assert foreign.structured_content is None

@@ -72,7 +72,8 @@ async def test_a_bad_token_gets_401(http: httpx.Client, server: RunningServer, d
         def b64(data: dict[str, object]) -> str:
             return base64.urlsafe_b64encode(json.dumps(data).encode()).rstrip(b"=").decode()
 
-        bad = f"{b64({'alg': 'none', 'typ': 'JWT'})}.{b64({'sub': 'mallory', 'iss': devidp.issuer, 'aud': server.mcp_url, 'exp': 9999999999})}."
+        claims = {"sub": "mallory", "iss": devidp.issuer, "aud": server.mcp_url, "exp": 9999999999}
+        bad = f"{b64({'alg': 'none', 'typ': 'JWT'})}.{b64(claims)}."
     response = post(http, server.mcp_url, "tools/list", token=bad)
     assert response.status_code == 401
     assert _expected_challenge(server) in response.headers["www-authenticate"]

@@ -170,6 +170,9 @@ def main() -> None:
             "PUBLIC_URL": public,
             "OIDC_ISSUER": idp.issuer,
             "REQUEST_STATE_KEYS": secrets.token_urlsafe(32),
+            "TOKEN_ENCRYPTION_KEYS": secrets.token_urlsafe(32),
+            "OIDC_CLIENT_ID": "coatcheck-bench",  # the /connect login is not exercised here
+            "OIDC_CLIENT_SECRET": secrets.token_urlsafe(32),
             "LOG_LEVEL": "WARNING",
         }
         coatcheck = stack.enter_context(run_server(env, port=port))

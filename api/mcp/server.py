@@ -16,8 +16,10 @@ from store.db import Database
 SERVER_NAME = "coatcheck"
 SERVER_VERSION = "0.1.0"
 INSTRUCTIONS = (
-    "Coatcheck keeps carts and orders for you. Tools return handles (cart_…); pass a handle back as an "
-    "argument on later calls. Handles are private to the signed-in user."
+    "Coatcheck keeps carts, orders and connected third-party accounts for the signed-in user. Tools return "
+    "handles (cart_…, ord_…); pass a handle back as an argument on later calls. Handles are private to the "
+    "user. cart_checkout asks the user to confirm before ordering; connection_whoami may ask the user to open "
+    "a link to connect an account; the credentials stay on the server."
 )
 
 LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]

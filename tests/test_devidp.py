@@ -23,9 +23,10 @@ import httpx2
 import jwt
 import pytest
 from mcp.client.auth import AuthorizationCodeResult, OAuthClientProvider
-from mcp.shared.auth import OAuthClientInformationFull, OAuthClientMetadata, OAuthToken
+from mcp.shared.auth import OAuthClientMetadata
 
 from tests.support.devidp import DevIdP, DevIdPError, start_devidp
+from tests.support.oauth import MemoryTokenStorage
 
 RESOURCE = "http://localhost:8123/mcp"
 OTHER_RESOURCE = "http://localhost:8124/other"
@@ -686,26 +687,6 @@ async def test_log_never_contains_tokens_codes_or_client_secrets(idp: DevIdP, br
     ]
     for secret in secrets_seen:
         assert secret not in log
-
-
-class MemoryTokenStorage:
-    """The MCP SDK's TokenStorage, in memory."""
-
-    def __init__(self) -> None:
-        self.tokens: OAuthToken | None = None
-        self.client_info: OAuthClientInformationFull | None = None
-
-    async def get_tokens(self) -> OAuthToken | None:
-        return self.tokens
-
-    async def set_tokens(self, tokens: OAuthToken) -> None:
-        self.tokens = tokens
-
-    async def get_client_info(self) -> OAuthClientInformationFull | None:
-        return self.client_info
-
-    async def set_client_info(self, client_info: OAuthClientInformationFull) -> None:
-        self.client_info = client_info
 
 
 @dataclass(frozen=True)

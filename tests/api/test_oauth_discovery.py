@@ -14,33 +14,14 @@ import jwt
 from mcp import Client
 from mcp.client.auth import OAuthClientProvider
 from mcp.client.streamable_http import streamable_http_client
-from mcp.shared.auth import AuthorizationCodeResult, OAuthClientInformationFull, OAuthClientMetadata, OAuthToken
+from mcp.shared.auth import AuthorizationCodeResult, OAuthClientMetadata
 
 from tests.support.devidp import DevIdP
+from tests.support.oauth import MemoryTokenStorage
 from tests.support.server import RunningServer
 
 REDIRECT_URI = "http://localhost:53682/callback"  # never listened on: the test reads the redirect itself
 LOGIN_FORM = re.compile(r'<form method="post" action="(?P<action>[^"]+)">')
-
-
-class MemoryStorage:
-    """Token storage for one client run."""
-
-    def __init__(self) -> None:
-        self.tokens: OAuthToken | None = None
-        self.client_info: OAuthClientInformationFull | None = None
-
-    async def get_tokens(self) -> OAuthToken | None:
-        return self.tokens
-
-    async def set_tokens(self, tokens: OAuthToken) -> None:
-        self.tokens = tokens
-
-    async def get_client_info(self) -> OAuthClientInformationFull | None:
-        return self.client_info
-
-    async def set_client_info(self, client_info: OAuthClientInformationFull) -> None:
-        self.client_info = client_info
 
 
 class FormFillingUser:
@@ -83,7 +64,7 @@ async def test_sdk_client_discovers_registers_logs_in_and_lists_tools_starting_f
     server: RunningServer, devidp: DevIdP
 ) -> None:
     user = FormFillingUser("discovery-dora")
-    storage = MemoryStorage()
+    storage = MemoryTokenStorage()
     auth = OAuthClientProvider(
         server_url=server.mcp_url,
         client_metadata=OAuthClientMetadata(

@@ -13,7 +13,7 @@ from litestar.handlers import asgi
 from litestar.types import Receive, Scope, Send
 from mcp.server.mcpserver import MCPServer
 
-from api.auth import JwksCache, JwtVerifier
+from api.auth import IssuerMetadata, JwksCache, JwtVerifier
 from api.mcp.endpoint import McpEndpoint, transport_security
 from api.mcp.server import build_mcp_server
 from api.oauth.routes import install_access_log_redaction
@@ -51,9 +51,8 @@ def create_app(
         settings.database_url, pool_size=settings.db_pool_size, max_overflow=settings.db_max_overflow
     )
     http = httpx2.AsyncClient(timeout=httpx2.Timeout(10.0), follow_redirects=False)
-    jwks = JwksCache(
-        settings.oidc_issuer, http, ttl=settings.jwks_cache_seconds, internal_url=settings.oidc_issuer_internal_url
-    )
+    issuer = IssuerMetadata(settings.oidc_issuer, http, internal_url=settings.oidc_issuer_internal_url)
+    jwks = JwksCache(issuer, http, ttl=settings.jwks_cache_seconds)
     verifier = JwtVerifier(
         issuer=settings.oidc_issuer, resource=settings.mcp_resource_url, jwks=jwks, leeway=settings.jwt_leeway_seconds
     )
@@ -112,7 +111,7 @@ def create_app(
             oauth_protected_resource,
             healthz,
             readyz,
-            *build_browser_routes(settings, connections, jwks, http),
+            *build_browser_routes(settings, connections, issuer, jwks),
         ],
         lifespan=[lifespan],
         openapi_config=None,

@@ -36,20 +36,73 @@ def canonical_resource(url: str) -> str:
     return urlunsplit((parts.scheme.lower(), netloc, parts.path.rstrip("/"), parts.query, ""))
 
 
+class IssuerUnavailable(Exception):  # noqa: N818 - reads as a state
+    """The issuer's metadata could not be fetched or names another issuer; the message is a short reason."""
+
+
+class IssuerMetadata:
+    """The authorization server at ``OIDC_ISSUER`` as this process reaches it.
+
+    Its metadata is fetched once (a failure is not cached). URLs are mapped between the public base, which
+    browsers and token claims use, and an optional internal base for server-to-server calls (containers that
+    cannot reach the public URL). An IdP that builds its metadata from the request's Host names the internal
+    base when asked through it, so browser-facing URLs are mapped back.
+    """
+
+    def __init__(self, issuer: str, http: httpx2.AsyncClient, internal_url: str | None = None) -> None:
+        self.issuer = issuer
+        self._base = internal_url or issuer
+        self._http = http
+        self._document: dict[str, Any] | None = None
+        self._lock = asyncio.Lock()
+
+    def server_facing(self, url: str) -> str:
+        """``url`` with the public base swapped for the internal one."""
+        return self._base + url[len(self.issuer) :] if url.startswith(self.issuer + "/") else url
+
+    def browser_facing(self, url: str) -> str:
+        """``url`` with the internal base swapped for the public one."""
+        return self.issuer + url[len(self._base) :] if url.startswith(self._base + "/") else url
+
+    async def document(self) -> dict[str, Any]:
+        """The issuer's metadata (OpenID discovery, else RFC 8414).
+
+        Raises:
+            IssuerUnavailable: it could not be fetched, or it names another issuer.
+        """
+        if self._document is not None:
+            return self._document
+        async with self._lock:
+            if self._document is None:
+                self._document = await self._fetch()
+        return self._document
+
+    async def _fetch(self) -> dict[str, Any]:
+        for suffix in ("/.well-known/openid-configuration", "/.well-known/oauth-authorization-server"):
+            try:
+                response = await self._http.get(self._base + suffix)
+                document = response.json() if response.status_code == 200 else None
+            except (httpx2.HTTPError, ValueError) as exc:
+                raise IssuerUnavailable(f"issuer metadata unavailable ({type(exc).__name__})") from None
+            if isinstance(document, dict):
+                if document.get("issuer") != self.issuer:
+                    raise IssuerUnavailable("issuer metadata names another issuer")
+                return document
+        raise IssuerUnavailable("issuer metadata not found")
+
+
 class JwksCache:
     """The issuer's signing keys, discovered through its metadata and cached in memory."""
 
     def __init__(
         self,
-        issuer: str,
+        issuer: IssuerMetadata,
         http: httpx2.AsyncClient,
         ttl: float,
-        internal_url: str | None = None,
         refetch_interval: float = DEFAULT_REFETCH_INTERVAL,
     ) -> None:
         self._issuer = issuer
         self._refetch_interval = refetch_interval
-        self._fetch_base = internal_url or issuer
         self._http = http
         self._ttl = ttl
         self._keys: dict[str, jwt.PyJWK] = {}
@@ -71,8 +124,8 @@ class JwksCache:
                 return  # another task refreshed while we waited for the lock
             try:
                 if self._jwks_uri is None:
-                    self._jwks_uri = await self._discover_jwks_uri()
-                response = await self._http.get(self._internal(self._jwks_uri))
+                    self._jwks_uri = self._issuer.server_facing(str((await self._issuer.document())["jwks_uri"]))
+                response = await self._http.get(self._jwks_uri)
                 response.raise_for_status()
                 keys: dict[str, jwt.PyJWK] = {}
                 for jwk in response.json().get("keys", []):
@@ -83,25 +136,11 @@ class JwksCache:
                     except jwt.PyJWKError:
                         continue  # an algorithm we do not use
                 self._keys = keys
-            except (httpx2.HTTPError, ValueError) as exc:
+            except (httpx2.HTTPError, ValueError, KeyError, IssuerUnavailable) as exc:
                 logger.warning("could not fetch the issuer's JWKS: %s", type(exc).__name__)
             finally:
                 # Even a failed fetch counts, so a flood of bad kids cannot hammer the issuer.
                 self._fetched_at = time.monotonic()
-
-    def _internal(self, url: str) -> str:
-        # Metadata names public URLs; a container may have to reach them under another base.
-        return self._fetch_base + url[len(self._issuer) :] if url.startswith(self._issuer) else url
-
-    async def _discover_jwks_uri(self) -> str:
-        for suffix in ("/.well-known/openid-configuration", "/.well-known/oauth-authorization-server"):
-            response = await self._http.get(self._fetch_base + suffix)
-            if response.status_code == 200:
-                metadata = response.json()
-                if metadata.get("issuer") != self._issuer:
-                    raise ValueError("issuer metadata names a different issuer")
-                return str(metadata["jwks_uri"])
-        raise ValueError("issuer metadata not found")
 
 
 class JwtVerifier:

@@ -14,10 +14,9 @@ import hmac
 import logging
 from typing import Any
 
-import httpx2
 import jwt
 
-from api.auth import ALGORITHMS, JwksCache
+from api.auth import ALGORITHMS, IssuerMetadata, IssuerUnavailable, JwksCache
 from api.oauth.client import OAuthClient, OAuthFailure
 from api.oauth.session import BrowserSession
 
@@ -36,51 +35,30 @@ class OidcLogin:
     def __init__(
         self,
         *,
-        issuer: str,
-        internal_url: str | None,
+        issuer: IssuerMetadata,
         client_id: str,
         client: OAuthClient,
         jwks: JwksCache,
-        http: httpx2.AsyncClient,
         redirect_uri: str,
         leeway: int,
     ) -> None:
-        self.issuer = issuer
-        self._fetch_base = internal_url or issuer
+        self._issuer = issuer
+        self.issuer = issuer.issuer
         self._client_id = client_id
         self._client = client
         self._jwks = jwks
-        self._http = http
         self.redirect_uri = redirect_uri
         self._leeway = leeway
-        self._metadata: dict[str, Any] | None = None
-
-    def _internal(self, url: str) -> str:
-        """A server-facing URL: the issuer's public base swapped for the internal one."""
-        return self._fetch_base + url[len(self.issuer) :] if url.startswith(self.issuer + "/") else url
-
-    def _public(self, url: str) -> str:
-        """A browser-facing URL. An IdP that builds its metadata from the request's Host (as the dev IdP
-        does) names the internal base when asked through it; the browser needs the public one."""
-        if self._fetch_base != self.issuer and url.startswith(self._fetch_base + "/"):
-            return self.issuer + url[len(self._fetch_base) :]
-        return url
 
     async def _discover(self) -> dict[str, Any]:
-        if self._metadata is not None:
-            return self._metadata
         try:
-            response = await self._http.get(self._fetch_base + "/.well-known/openid-configuration")
-            metadata = response.json() if response.status_code == 200 else None
-        except (httpx2.HTTPError, ValueError) as exc:
-            raise LoginFailed(f"issuer metadata unavailable ({type(exc).__name__})") from None
-        if not isinstance(metadata, dict) or metadata.get("issuer") != self.issuer:
-            raise LoginFailed("issuer metadata missing or naming another issuer")
+            metadata = await self._issuer.document()
+        except IssuerUnavailable as exc:
+            raise LoginFailed(str(exc)) from None
         if not isinstance(metadata.get("authorization_endpoint"), str) or not isinstance(
             metadata.get("token_endpoint"), str
         ):
             raise LoginFailed("issuer metadata lacks the authorization or token endpoint")
-        self._metadata = metadata
         return metadata
 
     async def authorization_url(self, *, state: str, nonce: str, code_verifier: str) -> str:
@@ -91,7 +69,7 @@ class OidcLogin:
         """
         metadata = await self._discover()
         return self._client.authorization_url(
-            self._public(str(metadata["authorization_endpoint"])),
+            self._issuer.browser_facing(str(metadata["authorization_endpoint"])),
             redirect_uri=self.redirect_uri,
             scope=LOGIN_SCOPE,
             state=state,
@@ -108,7 +86,7 @@ class OidcLogin:
         metadata = await self._discover()
         try:
             tokens = await self._client.exchange_code(
-                self._internal(str(metadata["token_endpoint"])),
+                self._issuer.server_facing(str(metadata["token_endpoint"])),
                 code=code,
                 code_verifier=code_verifier,
                 redirect_uri=self.redirect_uri,

@@ -8,7 +8,7 @@ from urllib.parse import urlsplit
 import httpx2
 from litestar.handlers import HTTPRouteHandler
 
-from api.auth import JwksCache
+from api.auth import IssuerMetadata, JwksCache
 from api.oauth.client import ClientCredentials, OAuthClient
 from api.oauth.login import OidcLogin
 from api.oauth.providers import ProviderRegistry, load_providers
@@ -48,12 +48,11 @@ def build_connections(
 
 
 def build_browser_routes(
-    settings: Settings, connections: Connections, jwks: JwksCache, http: httpx2.AsyncClient
+    settings: Settings, connections: Connections, issuer: IssuerMetadata, jwks: JwksCache
 ) -> list[HTTPRouteHandler]:
     """``/connect/{flow}`` and the two OAuth callbacks, with the OIDC login and the cookie jar they use."""
     login = OidcLogin(
-        issuer=settings.oidc_issuer,
-        internal_url=settings.oidc_issuer_internal_url,
+        issuer=issuer,
         client_id=settings.oidc_client_id,
         client=OAuthClient(
             ClientCredentials(
@@ -61,7 +60,6 @@ def build_browser_routes(
             )
         ),
         jwks=jwks,
-        http=http,
         redirect_uri=f"{settings.public_url}{LOGIN_CALLBACK_PATH}",
         leeway=settings.jwt_leeway_seconds,
     )

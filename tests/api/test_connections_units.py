@@ -12,6 +12,7 @@ import jwt
 import pytest
 from cryptography.hazmat.primitives.asymmetric import rsa
 
+from api.auth import IssuerMetadata
 from api.oauth.client import ClientCredentials, OAuthClient
 from api.oauth.login import LoginFailed, OidcLogin
 from api.oauth.providers import ProviderConfigError, load_providers
@@ -183,12 +184,10 @@ class _Keys:
 
 def _login(keys: _Keys) -> OidcLogin:
     return OidcLogin(
-        issuer="https://idp.test",
-        internal_url=None,
+        issuer=IssuerMetadata("https://idp.test", http=None),  # type: ignore[arg-type]  # never fetched here
         client_id="coatcheck-login",
         client=OAuthClient(ClientCredentials("coatcheck-login", "x")),
         jwks=keys,  # type: ignore[arg-type]
-        http=None,  # type: ignore[arg-type]
         redirect_uri="https://coatcheck.test/oauth/login/callback",
         leeway=0,
     )

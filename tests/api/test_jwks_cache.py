@@ -16,7 +16,7 @@ import jwt
 import pytest
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
-from api.auth import JwksCache, JwtVerifier
+from api.auth import IssuerMetadata, JwksCache, JwtVerifier
 from tests.support.waiting import free_port
 
 RESOURCE = "https://coatcheck.test/mcp"
@@ -86,7 +86,7 @@ async def test_a_token_signed_with_a_newly_published_key_is_accepted_after_one_r
         verifier = JwtVerifier(
             issuer=issuer.url,
             resource=RESOURCE,
-            jwks=JwksCache(issuer.url, http, ttl=3600, refetch_interval=0.0),
+            jwks=JwksCache(IssuerMetadata(issuer.url, http), http, ttl=3600, refetch_interval=0.0),
             leeway=0,
         )
         assert await verifier.verify_token(_token(old_private, "k1", "RS256", issuer.url)) is not None
@@ -106,7 +106,7 @@ async def test_a_flood_of_unknown_kids_fetches_the_jwks_at_most_once_per_interva
         verifier = JwtVerifier(
             issuer=issuer.url,
             resource=RESOURCE,
-            jwks=JwksCache(issuer.url, http, ttl=3600, refetch_interval=3600),
+            jwks=JwksCache(IssuerMetadata(issuer.url, http), http, ttl=3600, refetch_interval=3600),
             leeway=0,
         )
         assert await verifier.verify_token(_token(private, "k1", "RS256", issuer.url)) is not None
@@ -120,7 +120,10 @@ async def test_tokens_from_another_issuer_or_for_another_audience_are_rejected(i
     issuer.keys = [public]
     async with httpx2.AsyncClient() as http:
         verifier = JwtVerifier(
-            issuer=issuer.url, resource=RESOURCE, jwks=JwksCache(issuer.url, http, ttl=3600), leeway=0
+            issuer=issuer.url,
+            resource=RESOURCE,
+            jwks=JwksCache(IssuerMetadata(issuer.url, http), http, ttl=3600),
+            leeway=0,
         )
         assert await verifier.verify_token(_token(private, "k1", "RS256", "https://other.test")) is None
         assert await verifier.verify_token(_token(private, "k1", "RS256", issuer.url, aud="https://x.test/mcp")) is None

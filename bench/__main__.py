@@ -155,6 +155,9 @@ def main() -> None:
     parser.add_argument("--seconds", type=int, default=10)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--connections", type=int, default=16)
+    parser.add_argument(
+        "--json", action="store_true", help="plain JSON responses instead of SSE (MCP_JSON_RESPONSE=true) everywhere"
+    )
     args = parser.parse_args()
     if shutil.which("wrk") is None:
         raise SystemExit("wrk is not installed (apt-get install wrk)")
@@ -174,6 +177,7 @@ def main() -> None:
             "OIDC_CLIENT_ID": "coatcheck-bench",  # the /connect login is not exercised here
             "OIDC_CLIENT_SECRET": secrets.token_urlsafe(32),
             "LOG_LEVEL": "WARNING",
+            "MCP_JSON_RESPONSE": "true" if args.json else "false",
         }
         coatcheck = stack.enter_context(run_server(env, port=port))
         token = asyncio.run(idp.token("bench-user", resource=coatcheck.mcp_url))
@@ -196,7 +200,12 @@ def main() -> None:
                 verify(coatcheck.mcp_url, headers, body)
         cart_id = cart_ids[0]
 
-        bench_env = {"BENCH_DSN": _dsn(url), "BENCH_ISS": idp.issuer, "BENCH_SUB": "bench-user"}
+        bench_env = {
+            "BENCH_DSN": _dsn(url),
+            "BENCH_ISS": idp.issuer,
+            "BENCH_SUB": "bench-user",
+            "BENCH_JSON": "1" if args.json else "0",
+        }
         floor = stack.enter_context(uvicorn_target("bench.targets:floor_app", bench_env))
         sdk = stack.enter_context(uvicorn_target("bench.targets:sdk_app", bench_env))
 
@@ -232,9 +241,11 @@ def main() -> None:
 
     floor_rps = med("floor-cart (bare Litestar + query)", "rps")
     sdk_rps = med("sdk-cart (stock mcp app, no auth)", "rps")
+    mode = "JSON responses" if args.json else "SSE responses (the SDK default)"
     print(
         f"\nwrk -t1 -c{args.connections}, {args.rounds} interleaved rounds x {args.seconds}s, one uvicorn worker each"
     )
+    print(f"response mode: {mode}")
     print(f"{'target':40} {'rps (median)':>13} {'min-max':>15} {'p50 ms':>8} {'p99 ms':>8} {'/floor':>7} {'/sdk':>6}")
     for name in targets:
         rps = [r["rps"] for r in results[name]]

@@ -6,6 +6,7 @@ Nothing is created at import time. Tests build their own app with their own sett
 import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from typing import cast
 
 import httpx2
 from litestar import Litestar, Response, get
@@ -74,9 +75,13 @@ def create_app(
         reject_legacy=settings.legacy_clients == "reject",
     )
 
-    @asgi("/mcp", is_mount=True, copy_scope=True)
+    @asgi("/mcp", copy_scope=True)
     async def mcp_endpoint(scope: Scope, receive: Receive, send: Send) -> None:
-        await endpoint(scope, receive, send)
+        # Not a Litestar mount: a mount rewrites the server's own scope, so access logs would say "POST /".
+        # The SDK's app is routed at "/" and gets its own copy of the scope with that path.
+        sdk_scope = dict(scope)
+        sdk_scope.update(path="/", raw_path=b"/", root_path="")
+        await endpoint(cast(Scope, sdk_scope), receive, send)
 
     prm = protected_resource_metadata(settings)
 

@@ -138,3 +138,26 @@ def test_a_host_outside_the_allow_list_is_refused(http: httpx.Client, server: Ru
 def test_health_and_readiness(http: httpx.Client, server: RunningServer) -> None:
     assert http.get(f"{server.base_url}/healthz").json() == {"status": "ok"}
     assert http.get(f"{server.base_url}/readyz").json() == {"status": "ready"}
+
+
+async def test_bearer_tokens_and_secrets_never_reach_the_server_log(
+    http: httpx.Client, server: RunningServer, devidp: DevIdP, server_env: dict[str, str]
+) -> None:
+    good = await devidp.token("log-watcher", resource=server.mcp_url)
+    expired = await devidp.token("log-watcher", resource=server.mcp_url, expires_in=-60)
+    post(http, server.mcp_url, "tools/list", token=good)
+    post(http, server.mcp_url, "tools/call", {"name": "cart_view", "arguments": {"cart_id": "nope"}}, token=good)
+    post(http, server.mcp_url, "tools/list", token=expired)
+    post(http, server.mcp_url, "tools/list", token=good, extra_headers={"Origin": "https://evil.example"})
+    log = server.log_text()
+    assert '"POST /mcp HTTP/1.1" 200' in log  # the access log names the endpoint, so its silence means something
+    secrets = [
+        good,
+        expired,
+        *server_env["REQUEST_STATE_KEYS"].split(","),
+        *server_env["TOKEN_ENCRYPTION_KEYS"].split(","),
+    ]
+    secrets.append(server_env["OIDC_CLIENT_SECRET"])
+    for secret in secrets:
+        assert secret not in log
+        assert secret[-24:] not in log  # not even a fragment of a signature or key

@@ -2,13 +2,11 @@
 
 import asyncio
 import logging
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 import pytest
-from sqlalchemy import event, func, select, text, update
+from sqlalchemy import func, select, text, update
 
 from store.audit import AuditRepository
 from store.connections import (
@@ -25,6 +23,7 @@ from store.errors import NotFound
 from store.models import ProviderConnection, table_of
 from store.principal import Principal
 from tests.support.scratch import scratch_database
+from tests.support.sql import recorded_statements
 
 KEY = b"test-vault-key-" + b"k" * 20 + b"-0123456789"
 OLD = b"old-vault-key-" + b"o" * 20 + b"-abcdefghij"
@@ -66,21 +65,6 @@ async def _wait_for_lock_waiters(database: Database, count: int) -> None:
             async with database.one_statement() as conn:
                 if (await conn.scalar(query) or 0) >= count:
                     return
-
-
-@contextmanager
-def _statements(database: Database) -> Iterator[list[str]]:
-    """Collect every SQL statement sent through the engine while the block runs."""
-    seen: list[str] = []
-
-    def record(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
-        seen.append(statement)
-
-    event.listen(database.engine.sync_engine, "before_cursor_execute", record)
-    try:
-        yield seen
-    finally:
-        event.remove(database.engine.sync_engine, "before_cursor_execute", record)
 
 
 async def test_saved_tokens_come_back_decrypted_and_are_stored_only_as_ciphertext(
@@ -282,7 +266,7 @@ async def test_a_fresh_token_costs_one_unlocked_read(
     async def refresh(_: str) -> TokenSet:
         raise AssertionError("a fresh token must not be refreshed")
 
-    with _statements(database) as statements:
+    with recorded_statements(database) as statements:
         assert await refresh_if_needed(database, CIPHER, owner, "demo", skew=SKEW, refresh=refresh) is not None
     assert len(statements) == 1
     assert "FOR UPDATE" not in statements[0]

@@ -3,12 +3,10 @@
 import asyncio
 import secrets
 import uuid
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from typing import Any
+from collections.abc import Callable
 
 import pytest
-from sqlalchemy import event, func, select
+from sqlalchemy import func, select
 
 from store.carts import CartRepository
 from store.catalog import ProductRow, upsert_products
@@ -18,6 +16,7 @@ from store.handles import is_well_formed
 from store.models import Order, OrderLine, table_of
 from store.orders import CheckoutQuote, OrderReceipt, OrderRepository
 from store.principal import Principal
+from tests.support.sql import recorded_statements
 
 
 def _nonce() -> str:
@@ -52,27 +51,12 @@ async def _order_rows(database: Database, cart_handle: str) -> int:
     return int(count or 0)
 
 
-@contextmanager
-def _statements(database: Database) -> Iterator[list[str]]:
-    """Collect every SQL statement sent through the engine while the block runs."""
-    seen: list[str] = []
-
-    def record(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
-        seen.append(statement)
-
-    event.listen(database.engine.sync_engine, "before_cursor_execute", record)
-    try:
-        yield seen
-    finally:
-        event.remove(database.engine.sync_engine, "before_cursor_execute", record)
-
-
 async def test_a_quote_prices_the_cart_in_one_query_and_writes_nothing(
     database: Database, new_principal: Callable[[], Principal]
 ) -> None:
     owner = new_principal()
     handle = await _filled_cart(database, owner, {"scarf-cashmere": 2, "hat-beanie": 1})
-    with _statements(database) as statements:
+    with recorded_statements(database) as statements:
         quote = await _quote(database, owner, handle)
     assert len(statements) == 1
     assert statements[0].lstrip().upper().startswith("SELECT")
@@ -103,7 +87,7 @@ async def test_placing_a_confirmed_quote_copies_lines_and_prices_and_closes_the_
     owner = new_principal()
     handle = await _filled_cart(database, owner, {"scarf-cashmere": 2, "hat-beanie": 1})
     quote = await _quote(database, owner, handle)
-    with _statements(database) as statements:
+    with recorded_statements(database) as statements:
         receipt = await _place(database, owner, quote, _nonce())
     assert len(statements) == 2, statements
     assert "FOR UPDATE OF cart" in statements[0]
@@ -133,7 +117,7 @@ async def test_placing_again_with_the_same_nonce_returns_the_same_order_and_writ
     quote = await _quote(database, owner, handle)
     nonce = _nonce()
     first = await _place(database, owner, quote, nonce)
-    with _statements(database) as statements:
+    with recorded_statements(database) as statements:
         again = await _place(database, owner, quote, nonce)
     assert again == first
     assert all(s.lstrip().upper().startswith("SELECT") for s in statements)

@@ -10,11 +10,13 @@ from typing import cast
 
 import httpx2
 from litestar import Litestar, Response, get
+from litestar.datastructures import State
 from litestar.handlers import asgi
 from litestar.types import Receive, Scope, Send
 from mcp.server.mcpserver import MCPServer
 
 from api.auth import IssuerMetadata, JwksCache, JwtVerifier
+from api.draining import Drain
 from api.mcp.endpoint import McpEndpoint, transport_security
 from api.mcp.server import build_mcp_server
 from api.oauth.routes import install_access_log_redaction
@@ -93,8 +95,12 @@ def create_app(
     def healthz() -> dict[str, str]:
         return {"status": "ok"}
 
+    drain = Drain(settings.shutdown_drain_seconds)
+
     @get("/readyz")
     async def readyz() -> Response[dict[str, str]]:
+        if drain.draining:  # leave the balancer's rotation before the listener closes
+            return Response({"status": "shutting down"}, status_code=503)
         if await db.ping(settings.readyz_timeout_seconds):
             return Response({"status": "ready"}, status_code=200)
         return Response({"status": "database unreachable"}, status_code=503)
@@ -120,4 +126,5 @@ def create_app(
         ],
         lifespan=[lifespan],
         openapi_config=None,
+        state=State({"drain": drain}),  # run_http_server starts the drain on SIGTERM
     )

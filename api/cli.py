@@ -2,6 +2,7 @@
 
 import argparse
 import asyncio
+import contextlib
 import logging
 import sys
 from typing import TYPE_CHECKING
@@ -48,13 +49,16 @@ def configure_logging(settings: Settings) -> None:
 def run_http_server(app: "Litestar", settings: Settings, *, host: str, port: int) -> None:
     """Serve ``app`` with uvicorn the way production does (also used by the test-only conformance profile).
 
-    On SIGTERM uvicorn stops accepting, lets in-flight requests run for up to
+    On SIGTERM ``/readyz`` turns 503 for ``SHUTDOWN_DRAIN_SECONDS`` while requests are still served
+    (``api.draining``); then uvicorn stops accepting, lets in-flight requests run for up to
     ``SHUTDOWN_TIMEOUT_SECONDS``, then cancels them and runs the app's shutdown.
     """
     import uvicorn
 
+    from api.draining import Drain, DrainingServer
+
     configure_logging(settings)
-    uvicorn.run(
+    config = uvicorn.Config(
         app,
         host=host,
         port=port,
@@ -63,6 +67,12 @@ def run_http_server(app: "Litestar", settings: Settings, *, host: str, port: int
         proxy_headers=False,
         server_header=False,
     )
+    drain = app.state.get("drain")
+    server = DrainingServer(config, drain if isinstance(drain, Drain) else Drain(0))
+    with contextlib.suppress(KeyboardInterrupt):
+        server.run()
+    if not server.started:  # as uvicorn.run: a failed start-up (port taken, lifespan error) is exit 3
+        raise SystemExit(3)
 
 
 def _serve(args: argparse.Namespace) -> None:

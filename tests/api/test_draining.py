@@ -21,13 +21,13 @@ def _status(url: str) -> int | None:
         return None
 
 
-async def test_after_sigterm_readyz_answers_503_while_requests_are_still_served_until_the_drain_ends(
+def test_after_sigterm_readyz_answers_503_while_requests_are_still_served_until_the_drain_ends(
     server_env: dict[str, str], devidp: DevIdP
 ) -> None:
     port = free_port()
     env = {**server_env, "SHUTDOWN_DRAIN_SECONDS": str(DRAIN_SECONDS)}
     with run_server(env, port=port, public_url=f"http://127.0.0.1:{port}") as running:
-        token = await devidp.token("drain-user", resource=devidp.resources[0], audience=running.mcp_url)
+        token = asyncio.run(devidp.token("drain-user", resource=devidp.resources[0], audience=running.mcp_url))
         assert _status(f"{running.base_url}/readyz") == 200
 
         signalled = time.monotonic()
@@ -40,7 +40,7 @@ async def test_after_sigterm_readyz_answers_503_while_requests_are_still_served_
         during_drain = time.monotonic() - signalled
         assert _status(f"{running.base_url}/healthz") == 200
 
-        exit_code = await asyncio.to_thread(running.process.wait, DRAIN_SECONDS + 15)
+        exit_code = running.process.wait(DRAIN_SECONDS + 15)
         stopped_after = time.monotonic() - signalled
 
     assert readyz.json() == {"status": "shutting down"}

@@ -1,0 +1,271 @@
+"""Three replicas behind a real HAProxy, PgBouncer (transaction pooling) in front of PostgreSQL.
+
+Where each request went is read from the ``X-Coatcheck-Replica`` header HAProxy adds (the name of the
+server that answered), never assumed. The load comes from ``tests/support/load.py``: concurrent users each
+running the shop flow (create, set item, view, both checkout rounds).
+"""
+
+import asyncio
+import itertools
+import signal
+import time
+import uuid
+from typing import Any
+
+import asyncpg
+import httpx2
+from mcp import Client
+from mcp.client import ClientRequestContext
+from mcp.client.streamable_http import streamable_http_client
+from mcp.types import ElicitRequestFormParams, ElicitRequestParams, ElicitRequestURLParams, ElicitResult
+from playwright.async_api import Response as BrowserResponse
+from sqlalchemy.engine import make_url
+
+from tests.browser.conftest import BrowserUserFactory
+from tests.browser.harness import Landing
+from tests.deploy.conftest import BOUNCER_POOL, MAX_OVERFLOW, POOL_SIZE, REPLICAS, Deployment, note
+from tests.support.haproxy import REPLICA_HEADER
+from tests.support.load import LoadStats, steady_load, wait_for_requests
+
+SHOPPERS = 6
+ROLLING_SHOPPERS = 3
+MEASURED_REQUESTS = 200
+BROWSER_PATHS = ("/connect/", "/oauth/login/callback", "/oauth/callback")
+
+
+def _dsn(url: str) -> str:
+    return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+
+
+def _alternates(sequence: list[str]) -> bool:
+    return all(a != b for a, b in itertools.pairwise(sequence))
+
+
+class Person:
+    """The user at the client: confirms the checkout form, opens a connect link in their browser."""
+
+    def __init__(self, open_link: Any) -> None:
+        self.open_link = open_link
+        self.landing: asyncio.Task[Landing] | None = None
+
+    async def __call__(self, _context: ClientRequestContext, params: ElicitRequestParams) -> ElicitResult:
+        if isinstance(params, ElicitRequestFormParams):
+            return ElicitResult(action="accept", content={"confirm": True})
+        assert isinstance(params, ElicitRequestURLParams), params
+        if self.landing is None:
+            self.landing = asyncio.create_task(self.open_link(params.url))
+        return ElicitResult(action="accept")
+
+
+async def test_the_cart_flow_both_checkout_rounds_and_a_url_connect_are_served_by_different_replicas_in_turn(
+    deployment: Deployment, browser_user: BrowserUserFactory
+) -> None:
+    username = f"roaming-{uuid.uuid4().hex[:8]}"
+    token = await deployment.idp.token(username, resource=deployment.mcp_url)
+    served: list[tuple[str, str | None]] = []  # (tool, replica) of every MCP response, in order
+
+    async def record(response: httpx2.Response) -> None:
+        served.append((response.request.headers.get("mcp-name", "?"), response.headers.get(REPLICA_HEADER)))
+
+    person = await browser_user(username)
+    browser_served: list[tuple[str, str | None]] = []
+
+    def record_page(response: BrowserResponse) -> None:
+        path = response.url.removeprefix(deployment.balancer.url)
+        if response.url.startswith(deployment.balancer.url) and path.startswith(BROWSER_PATHS):
+            step = "/connect/…" if path.startswith("/connect/") else path.split("?")[0]
+            browser_served.append((step, response.headers.get(REPLICA_HEADER)))
+
+    person.context.on("response", record_page)
+    user = Person(person.open)
+    http = httpx2.AsyncClient(
+        headers={"Authorization": f"Bearer {token}"}, timeout=httpx2.Timeout(30.0), event_hooks={"response": [record]}
+    )
+    async with (
+        http,
+        Client(streamable_http_client(deployment.mcp_url, http_client=http), elicitation_callback=user) as client,
+    ):
+        cart = (await client.call_tool("cart_create", {})).structured_content
+        assert cart is not None
+        await client.call_tool("cart_set_item", {**cart, "sku": "hat-beanie", "quantity": 3})
+        view = await client.call_tool("cart_view", cart)
+        order = await client.call_tool("cart_checkout", cart)
+        shopping = list(served)
+        whoami = await client.call_tool("connection_whoami", {"provider": "demo"})
+    assert user.landing is not None
+    landing = await user.landing
+
+    assert view.structured_content is not None
+    assert view.structured_content["total_cents"] == 3 * 1800
+    assert order.structured_content is not None
+    assert order.structured_content["status"] == "placed"
+    assert not whoami.is_error, whoami
+    assert whoami.structured_content is not None
+    assert whoami.structured_content["profile"]["sub"] == username
+    assert landing.status == 200
+    assert "Connected" in landing.text
+
+    replicas = [replica for _, replica in shopping]
+    assert None not in replicas, shopping
+    assert [tool for tool, _ in shopping][-2:] == ["cart_checkout", "cart_checkout"]  # both rounds
+    assert _alternates(replicas), f"consecutive requests on one replica: {shopping}"  # type: ignore[arg-type]
+    assert set(replicas) == set(REPLICAS)
+    # The connect: round 1 made the link, the browser steps and the retried call were spread out too.
+    connect_replicas = {replica for _, replica in browser_served} | {
+        r for tool, r in served if tool == "connection_whoami"
+    }
+    assert {path for path, _ in browser_served} >= {"/oauth/login/callback", "/oauth/callback"}, browser_served
+    assert len(connect_replicas) >= 2, (browser_served, served)
+    note(f"cart flow + checkout + connect: MCP requests by replica {[r for _, r in served]}, browser {browser_served}")
+
+
+def _count_backends(database_url: str) -> int:
+    async def run() -> int:
+        conn = await asyncpg.connect(_dsn(database_url))
+        try:
+            count = await conn.fetchval(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            )
+            return int(count)
+        finally:
+            await conn.close()
+
+    return asyncio.run(run())
+
+
+def _measure(deployment: Deployment, tokens: list[str], *, sample_backends: bool) -> tuple[LoadStats, int]:
+    peak = 0
+    with steady_load(deployment.mcp_url, tokens) as stats:
+        started = time.monotonic()
+        while len(stats.ok_after(started)) < MEASURED_REQUESTS:
+            wait_for_requests(stats, min(MEASURED_REQUESTS, len(stats.ok_after(started)) + 25), after=started)
+            if sample_backends:
+                peak = max(peak, _count_backends(deployment.database_url))
+    return stats, peak
+
+
+async def test_three_replicas_carry_the_same_load_as_one_without_failures_and_pgbouncer_bounds_connections(
+    deployment: Deployment,
+) -> None:
+    tokens = await deployment.tokens(f"load-{uuid.uuid4().hex[:6]}", SHOPPERS)
+    for name in REPLICAS[1:]:
+        deployment.balancer.set_state(name, "maint")
+    try:
+        one, _ = await asyncio.to_thread(_measure, deployment, tokens, sample_backends=False)
+    finally:
+        for name in REPLICAS[1:]:
+            deployment.balancer.set_state(name, "ready")
+    deployment.wait_all_up()
+    three, peak_backends = await asyncio.to_thread(_measure, deployment, tokens, sample_backends=True)
+
+    assert one.failures == [], one.failures[:3]
+    assert three.failures == [], three.failures[:3]
+    assert set(one.by_replica()) == {REPLICAS[0]}
+    assert set(three.by_replica()) == set(REPLICAS)
+    # Every replica may open POOL_SIZE + MAX_OVERFLOW connections; PostgreSQL saw PgBouncer's pool only.
+    assert 1 <= peak_backends <= BOUNCER_POOL < len(REPLICAS) * (POOL_SIZE + MAX_OVERFLOW)
+    ratio = three.throughput / one.throughput
+    note(
+        f"1 replica: {one.requests} requests, {len(one.failures)} failures, {one.orders} orders; "
+        f"3 replicas: {three.requests} requests, {len(three.failures)} failures, {three.orders} orders; "
+        f"throughput 3 vs 1 = {ratio:.2f}x ({SHOPPERS} concurrent users, shop flow, one 2-core machine "
+        f"shared by load generator, balancer, pooler, database and replicas)"
+    )
+    note(
+        f"  requests by replica with 3: {dict(sorted(three.by_replica().items()))}; "
+        f"PostgreSQL backends seen at most {peak_backends} (PgBouncer pool {BOUNCER_POOL}, replicas could "
+        f"open {len(REPLICAS) * (POOL_SIZE + MAX_OVERFLOW)})"
+    )
+
+
+INVARIANTS = {
+    "orders without lines or whose lines do not add up to the total": """
+        SELECT o.handle FROM orders o LEFT JOIN order_line l ON l.order_id = o.id
+        WHERE o.principal_sub LIKE $1 GROUP BY o.id
+        HAVING count(l.sku) = 0 OR sum(l.quantity * l.unit_price_cents) <> o.total_cents""",
+    "checked-out carts without their order, or orders of open carts": """
+        SELECT c.handle FROM cart c LEFT JOIN orders o ON o.cart_id = c.id
+        WHERE c.principal_sub LIKE $1 AND (c.status = 'checked_out') <> (o.id IS NOT NULL)""",
+    # Every change bumps the version once: one line set, then the checkout.
+    "carts whose version does not match their changes": """
+        SELECT c.handle FROM cart c LEFT JOIN cart_item i ON i.cart_id = c.id
+        WHERE c.principal_sub LIKE $1 GROUP BY c.id
+        HAVING c.version - 1 <> count(i.sku) + CASE WHEN c.status = 'checked_out' THEN 1 ELSE 0 END""",
+}
+
+
+async def _violations(database_url: str, prefix: str) -> dict[str, list[str]]:
+    conn = await asyncpg.connect(_dsn(database_url))
+    try:
+        found = {what: [row[0] for row in await conn.fetch(query, f"{prefix}-%")] for what, query in INVARIANTS.items()}
+        carts = await conn.fetchval("SELECT count(*) FROM cart WHERE principal_sub LIKE $1", f"{prefix}-%")
+    finally:
+        await conn.close()
+    assert carts > 0, "no carts were written: the check would pass vacuously"
+    return {what: handles for what, handles in found.items() if handles}
+
+
+async def test_a_replica_killed_with_sigkill_mid_load_leaves_no_partial_rows_and_the_others_carry_on(
+    deployment: Deployment,
+) -> None:
+    prefix = f"kill-{uuid.uuid4().hex[:6]}"
+    tokens = await deployment.tokens(prefix, SHOPPERS)
+    victim = deployment.replicas["r2"]
+
+    def run() -> tuple[LoadStats, int, float]:
+        with steady_load(deployment.mcp_url, tokens) as stats:
+            wait_for_requests(stats, 40)
+            code = victim.stop(signal.SIGKILL)
+            deployment.balancer.wait_for("r2", "DOWN")
+            down_at = time.monotonic()
+            wait_for_requests(stats, 60, after=down_at)
+        return stats, code, down_at
+
+    stats, code, down_at = await asyncio.to_thread(run)
+    try:
+        assert code == -signal.SIGKILL
+        # At most the requests r2 was working on when it died are lost: one per user.
+        assert len(stats.failures) <= SHOPPERS, stats.failures
+        assert {o.replica for o in stats.ok_after(down_at)} == {"r1", "r3"}
+        assert await _violations(deployment.database_url, prefix) == {}
+        note(
+            f"SIGKILL of r2 under load: {stats.requests} requests, {len(stats.failures)} failed "
+            f"(in flight on r2), {len(stats.ok_after(down_at))} served by r1/r3 after HAProxy marked r2 down; "
+            "no partial rows"
+        )
+    finally:
+        await asyncio.to_thread(victim.start)
+        await asyncio.to_thread(deployment.balancer.wait_for, "r2", "UP")
+
+
+async def test_a_rolling_restart_loses_no_request_and_every_replica_exits_0(deployment: Deployment) -> None:
+    prefix = f"roll-{uuid.uuid4().hex[:6]}"
+    tokens = await deployment.tokens(prefix, ROLLING_SHOPPERS)  # fewer: restarts compete with them for CPU
+    balancer = deployment.balancer
+    exit_codes: dict[str, int] = {}
+    out_before_exit: dict[str, bool] = {}
+
+    def run() -> LoadStats:
+        with steady_load(deployment.mcp_url, tokens) as stats:
+            wait_for_requests(stats, 20)
+            for name in REPLICAS:
+                replica = deployment.replicas[name]
+                replica.signal(signal.SIGTERM)
+                balancer.wait_for(name, "DOWN")
+                out_before_exit[name] = replica.running  # drained while still serving
+                exit_codes[name] = replica.wait()
+                replica.start()
+                balancer.wait_for(name, "UP")
+                wait_for_requests(stats, 10, after=time.monotonic())
+        return stats
+
+    stats = await asyncio.to_thread(run)
+    assert stats.failures == [], stats.failures[:5]
+    assert out_before_exit == dict.fromkeys(REPLICAS, True)
+    assert exit_codes == dict.fromkeys(REPLICAS, 0)
+    assert set(stats.by_replica()) == set(REPLICAS)
+    assert await _violations(deployment.database_url, prefix) == {}
+    note(
+        f"rolling restart (SIGTERM, drain, restart, wait for UP; one replica at a time): {stats.requests} "
+        f"requests, {len(stats.failures)} failures, exit codes {exit_codes}"
+    )

@@ -1,4 +1,4 @@
-"""The ``coatcheck`` command: serve, migrate, seed-demo, keys rotate."""
+"""The ``coatcheck`` command: serve, migrate, seed-demo, keys rotate, audit, connections revoke."""
 
 import argparse
 import asyncio
@@ -83,11 +83,27 @@ def _serve(args: argparse.Namespace) -> None:
     run_http_server(create_app(settings), settings, host=args.host, port=args.port)
 
 
-def _migrate(_: argparse.Namespace) -> None:
+def _migrate(args: argparse.Namespace) -> None:
     from store.schema import upgrade
 
+    if args.check:
+        from api.commands.migrate import check_schema
+
+        raise SystemExit(check_schema(_database_url_only()))
     logging.basicConfig(level="INFO", format="%(message)s")
     upgrade(_database_url_only())
+
+
+def _audit(args: argparse.Namespace) -> None:
+    from api.commands.audit import run
+
+    raise SystemExit(run(args, _database_url_only()))
+
+
+def _connections_revoke(args: argparse.Namespace) -> None:
+    from api.commands.connections import run
+
+    raise SystemExit(run(args, _settings()))
 
 
 def _seed_demo(_: argparse.Namespace) -> None:
@@ -163,7 +179,9 @@ def main(argv: list[str] | None = None) -> None:
     serve.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
     serve.add_argument("--port", type=int, default=8000, help="port (default 8000)")
     serve.set_defaults(run=_serve)
-    commands.add_parser("migrate", help="alembic upgrade head against DATABASE_URL").set_defaults(run=_migrate)
+    migrate = commands.add_parser("migrate", help="alembic upgrade head against DATABASE_URL")
+    migrate.add_argument("--check", action="store_true", help="change nothing; exit 1 unless the schema is at head")
+    migrate.set_defaults(run=_migrate)
     commands.add_parser("seed-demo", help="load the demo catalog (idempotent)").set_defaults(run=_seed_demo)
     keys = commands.add_parser("keys", help="manage the token encryption keys").add_subparsers(
         dest="keys_command", required=True
@@ -171,6 +189,18 @@ def main(argv: list[str] | None = None) -> None:
     keys.add_parser(
         "rotate", help="re-encrypt every stored token under the first TOKEN_ENCRYPTION_KEYS key"
     ).set_defaults(run=_keys_rotate)
+    from api.commands import audit as audit_command
+    from api.commands import connections as connections_command
+
+    audit = commands.add_parser("audit", help="print audit events (filters; JSON lines or a table)")
+    audit_command.add_arguments(audit)
+    audit.set_defaults(run=_audit)
+    connections = commands.add_parser("connections", help="act on users' third-party connections").add_subparsers(
+        dest="connections_command", required=True
+    )
+    revoke = connections.add_parser("revoke", help="revoke a user's connections upstream and forget them (audited)")
+    connections_command.add_arguments(revoke)
+    revoke.set_defaults(run=_connections_revoke)
     args = parser.parse_args(argv)
     args.run(args)
 

@@ -51,7 +51,7 @@ class DrainingServer(uvicorn.Server):
 
     # uvicorn's main loop polls ``should_exit`` every 0.1 s; holding it false during the drain keeps the
     # listener open without touching uvicorn's own shutdown sequence.
-    @property  # type: ignore[override]
+    @property
     def should_exit(self) -> bool:
         return self._exit_requested and self.drain.over()
 

@@ -1,0 +1,1 @@
+"""Operator commands of the ``coatcheck`` command line (registered in ``api.cli``)."""

@@ -1,0 +1,590 @@
+"""``docker compose up`` without Docker: every service of compose.yaml as a process the way its container runs.
+
+For each service: its command (compose's, else the image's) with exactly its environment (the image's ENV
+plus compose's ``environment``, nothing inherited from the test run), as the user the Dockerfile's last
+``USER`` names, in the image's WORKDIR, in a private mount namespace where
+
+* ``/etc/hosts`` names every service (``db``, ``idp``, ``app``) as 127.0.0.1, for these processes only;
+* the build context is covered by the image's files only (what its ``COPY`` lines copy), plus what its
+  ``RUN`` installs produced (the repo's virtualenv for ``pip install``, ``node_modules`` for ``npm install``);
+* each named volume is a fresh directory, root-owned unless the image creates that directory with another
+  owner (Docker seeds a fresh named volume from the image's directory).
+
+A ``postgres`` image service is the local PostgreSQL on 127.0.0.1:5432, given the role and database its
+``POSTGRES_*`` variables declare (the database is dropped and recreated, so runs are independent).
+``depends_on`` conditions are honoured in order; ``service_healthy`` runs the healthcheck the way
+``docker exec`` would. Needs root (namespaces, bind mounts, switching users) and ``unshare``.
+"""
+
+import asyncio
+import contextlib
+import grp
+import importlib.metadata
+import json
+import os
+import pwd
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import tomllib
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import asyncpg
+
+from tests.support.compose.dockerfile import Image, load_image
+from tests.support.compose.images import DOCKER_DEFAULT_PATH, ROOT
+from tests.support.compose.project import Project, Service, UnsupportedCompose
+from tests.support.devidp import DEVIDP_DIR, ensure_devidp_installed
+from tests.support.waiting import wait_until
+
+LAUNCH_SCRIPT = Path(__file__).with_name("launch.py")
+LOCAL_POSTGRES = ("127.0.0.1", 5432)
+ONE_SHOT_TIMEOUT = 180.0
+STOP_TIMEOUT = 10.0
+LOG_TAIL_CHARS = 4000
+
+
+class ComposeUpError(RuntimeError):
+    """What ``docker compose up`` would have reported: a service failed, exited or stayed unhealthy."""
+
+
+def unavailable_reason() -> str | None:
+    """Why the emulation cannot run on this machine, or ``None``."""
+    if os.geteuid() != 0:
+        return "the compose emulation needs root (unshare --mount, bind mounts, switching to the images' users)"
+    if shutil.which("unshare") is None or shutil.which("mount") is None:
+        return "the compose emulation needs util-linux's unshare and mount"
+    return None
+
+
+@dataclass(frozen=True)
+class Identity:
+    uid: int
+    gid: int
+    groups: list[int]
+    home: str
+
+
+@dataclass
+class BuiltImage:
+    """An image staged on disk: ``rootfs`` holds its WORKDIR, mounted over the build context."""
+
+    image: Image
+    context: Path
+    rootfs: Path
+    # (host source, path inside rootfs): what the image's RUN installs put there
+    installed: list[tuple[Path, Path]] = field(default_factory=list)
+    path_prefix: list[str] = field(default_factory=list)
+    # mounts made first in the namespace (making this machine's interpreter reachable, see _reachable)
+    first_mounts: list[list[str]] = field(default_factory=list)
+
+    def host_path(self, container_path: str) -> Path:
+        """Where a container path is, seen from inside the service's namespace."""
+        workdir = self.image.workdir.rstrip("/") or "/"
+        if container_path == workdir or container_path.startswith(workdir.rstrip("/") + "/"):
+            return self.context / os.path.relpath(container_path, workdir)
+        return Path(container_path)
+
+    def staged_path(self, container_path: str) -> Path:
+        workdir = self.image.workdir
+        return self.rootfs / os.path.relpath(container_path, workdir)
+
+
+@dataclass
+class RunningService:
+    """A started service: its process (``None`` for the local PostgreSQL) and its log."""
+
+    service: Service
+    log_path: Path
+    process: subprocess.Popen[bytes] | None = None
+    built: BuiltImage | None = None
+    healthy: bool = False
+
+    def log_text(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def log_tail(self) -> str:
+        return f"--- {self.service.name} log ---\n{self.log_text()[-LOG_TAIL_CHARS:]}"
+
+
+@dataclass
+class ComposeUp:
+    """The running project: services by name and what happened, in order (``events``)."""
+
+    project: Project
+    services: dict[str, RunningService]
+    events: list[str]
+    database_dsn: str
+
+
+# --- accounts ---------------------------------------------------------------------------------------------
+
+
+def _exists(kind: str, name: str) -> bool:
+    try:
+        (pwd.getpwnam if kind == "user" else grp.getgrnam)(name)
+    except KeyError:
+        return False
+    return True
+
+
+def _id_taken(kind: str, number: int) -> bool:
+    try:
+        (pwd.getpwuid if kind == "user" else grp.getgrgid)(number)
+    except KeyError:
+        return False
+    return True
+
+
+def ensure_accounts(image: Image) -> None:
+    """Create on this machine the accounts the image has, the way the image created them (idempotent)."""
+    for base_account in image.base.accounts:
+        # The base image's own users are known by number; give them a name here when the number is free
+        # (on a machine where uid 1000 is somebody else, the process still runs as uid 1000).
+        if not _exists("user", base_account.name) and not _id_taken("user", base_account.uid):
+            for argv in image.base.account_commands:
+                kind = "user" if argv[0] == "useradd" else "group"
+                if not _exists(kind, argv[-1]) and not _id_taken(kind, base_account.gid if kind == "group" else base_account.uid):
+                    subprocess.run(list(argv), check=True, capture_output=True)
+    for argv in image.account_commands:
+        kind = "user" if argv[0] == "useradd" else "group"
+        name = argv[-1]
+        if _exists(kind, name):
+            wanted = _option(argv, "--uid", "-u") if kind == "user" else _option(argv, "--gid", "-g")
+            have = pwd.getpwnam(name).pw_uid if kind == "user" else grp.getgrnam(name).gr_gid
+            if wanted is not None and int(wanted) != have:
+                raise ComposeUpError(f"{' '.join(argv)}: this machine already has {kind} {name} with id {have}")
+            continue
+        result = subprocess.run(argv, capture_output=True, text=True, check=False)
+        if result.returncode != 0:
+            raise ComposeUpError(f"RUN {' '.join(argv)} failed: {result.stderr.strip()}")
+
+
+def _option(argv: list[str], long: str, short: str) -> str | None:
+    for index, word in enumerate(argv):
+        if word in (long, short) and index + 1 < len(argv):
+            return argv[index + 1]
+        if word.startswith(long + "="):
+            return word.split("=", 1)[1]
+    return None
+
+
+def _group_id(image: Image, name: str) -> int:
+    if name.isdigit():
+        return int(name)
+    if name == "root":
+        return 0
+    if name in image.base.groups:
+        return image.base.groups[name]
+    if name in image.created_groups:
+        return grp.getgrnam(name).gr_gid
+    raise ComposeUpError(f"unable to find group {name}: no matching entries in the image's group file")
+
+
+def identity(image: Image, spec: str) -> Identity:
+    """The uid/gid a container of ``image`` runs as for ``USER spec``, from the image's passwd file."""
+    name, _, group = spec.partition(":")
+    if name in ("root", "0"):
+        found = Identity(0, 0, [0], ROOT.home)
+    elif name.isdigit():
+        found = Identity(int(name), 0, [0], "/")
+    elif (base := next((a for a in image.base.accounts if a.name == name), None)) is not None:
+        found = Identity(base.uid, base.gid, [base.gid], base.home)
+    elif name in image.created_accounts:
+        entry = pwd.getpwnam(name)
+        found = Identity(entry.pw_uid, entry.pw_gid, os.getgrouplist(name, entry.pw_gid), entry.pw_dir)
+    else:
+        raise ComposeUpError(f"unable to find user {name}: no matching entries in the image's passwd file")
+    if group:
+        gid = _group_id(image, group)
+        found = Identity(found.uid, gid, [gid], found.home)
+    return found
+
+
+# --- images -----------------------------------------------------------------------------------------------
+
+
+def _copy_into(source: Path, target: Path, *, into_directory: bool) -> None:
+    if source.is_dir():
+        # COPY of a directory copies its contents. A virtualenv inside the context is not image content.
+        shutil.copytree(source, target, dirs_exist_ok=True, ignore=shutil.ignore_patterns(".venv", "__pycache__"))
+        return
+    if into_directory or target.is_dir():
+        target.mkdir(parents=True, exist_ok=True)
+        target = target / source.name
+    target.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(source, target)
+
+
+def _project_name(context: Path) -> str:
+    return str(tomllib.loads((context / "pyproject.toml").read_text())["project"]["name"])
+
+
+def build(service: Service, workdir: Path) -> BuiltImage:
+    """Stage ``service``'s image: its accounts on this machine, its WORKDIR's files in a fresh directory."""
+    assert service.build_context is not None
+    context = service.build_context
+    image = load_image(context, service.dockerfile)
+    ensure_accounts(image)
+    rootfs = Path(tempfile.mkdtemp(prefix=f"rootfs-{service.name}-", dir=workdir))
+    rootfs.chmod(0o755)
+    built = BuiltImage(image=image, context=context, rootfs=rootfs)
+    for copy in image.copies:
+        if not (copy.dest.rstrip("/") + "/").startswith(image.workdir.rstrip("/") + "/"):
+            raise ComposeUpError(f"COPY {' '.join(copy.sources)} {copy.dest}: only copies into WORKDIR are emulated")
+        for source in copy.sources:
+            if not (context / source).exists():
+                raise ComposeUpError(f"COPY failed: file not found in build context: {source}")
+            into = copy.dest.endswith("/") or len(copy.sources) > 1
+            _copy_into(context / source, built.staged_path(copy.dest.rstrip("/") or "/"), into_directory=into)
+    for path, directory in image.directories.items():
+        staged = built.staged_path(path) if built.host_path(path) != Path(path) else None
+        if staged is not None and staged != rootfs:
+            staged.mkdir(parents=True, exist_ok=True)
+            uid, gid = identity(image, directory.owner).uid, _group_id(image, directory.group)
+            os.chown(staged, uid, gid)
+            staged.chmod(directory.mode)
+    for tool, where in image.installs:
+        if tool == "pip":
+            # `pip install -e .` in the image: this test run's virtualenv has the project installed.
+            name = _project_name(built.host_path(where))
+            try:
+                importlib.metadata.distribution(name)
+            except importlib.metadata.PackageNotFoundError:
+                raise ComposeUpError(f"pip install in {context}: {name} is not installed in {sys.prefix}") from None
+            venv = Path(sys.prefix)
+            built.first_mounts += _reachable(Path(sys.base_prefix).resolve(), workdir, context)
+            if venv.is_relative_to(context):
+                built.installed.append((venv, rootfs / venv.relative_to(context)))
+            built.path_prefix.append(str(Path(sys.executable).parent))
+        elif tool == "npm":
+            host_dir = built.host_path(where)
+            if host_dir.resolve() != DEVIDP_DIR.resolve():
+                raise ComposeUpError(f"npm install in {host_dir}: only the dev IdP's install is emulated")
+            ensure_devidp_installed()
+            built.installed.append((host_dir / "node_modules", built.staged_path(where) / "node_modules"))
+    for _source, inside in built.installed:
+        inside.mkdir(parents=True, exist_ok=True)
+    return built
+
+
+def _reachable(prefix: Path, workdir: Path, context: Path) -> list[list[str]]:
+    """Mounts that let any user reach ``prefix`` (the image's interpreter is world-readable in /usr/local).
+
+    This machine's interpreter may live under a directory only root may enter (pyenv in /root). Inside the
+    namespace that directory is covered by an empty world-traversable one holding only ``prefix``.
+    """
+    closed = next((p for p in reversed(prefix.parents) if not os.stat(p).st_mode & 0o001), None)
+    if closed is None:
+        return []
+    if context.is_relative_to(closed):
+        raise ComposeUpError(f"the build context {context} is inside {closed}, which only root may enter")
+    cover = Path(tempfile.mkdtemp(prefix="cover-", dir=workdir))
+    cover.chmod(0o755)
+    inside = cover / prefix.relative_to(closed)
+    inside.mkdir(parents=True)
+    for directory in [inside, *inside.parents]:
+        if directory == cover.parent:
+            break
+        directory.chmod(0o755)
+    return [["bind", str(prefix), str(inside)], ["rbind", str(cover), str(closed)]]
+
+
+# --- processes --------------------------------------------------------------------------------------------
+
+
+def _argv(service: Service, built: BuiltImage, env: dict[str, str]) -> list[str]:
+    image = built.image
+    if service.entrypoint is not None:
+        return [*service.entrypoint, *(service.command or [])]
+    if image.entrypoint is not None:
+        return [*image.entrypoint, *(service.command or image.cmd or [])]
+    command = service.command or image.cmd or list(image.base.cmd)
+    if image.base.entrypoint is not None:
+        return image.base.entrypoint(command, env, built.rootfs)
+    return command
+
+
+def _environment(service: Service, built: BuiltImage, who: Identity) -> dict[str, str]:
+    env = dict(built.image.env)
+    if built.path_prefix:
+        env["PATH"] = ":".join([*built.path_prefix, env.get("PATH", DOCKER_DEFAULT_PATH)])
+    env.setdefault("HOME", who.home)
+    env["HOSTNAME"] = service.name
+    env.update(service.environment)
+    return env
+
+
+@dataclass
+class _Launcher:
+    hosts_file: Path
+    workdir: Path
+    volumes: dict[str, Path]
+    mountpoints_created: list[Path] = field(default_factory=list)
+    volumes_seeded: set[str] = field(default_factory=set)
+
+    def mounts(self, service: Service, built: BuiltImage) -> list[list[str]]:
+        mounts = [*built.first_mounts, ["bind", str(self.hosts_file), "/etc/hosts"]]
+        mounts += [["bind", str(source), str(inside)] for source, inside in built.installed]
+        mounts.append(["rbind", str(built.rootfs), str(built.context)])
+        for mount in service.volumes:
+            volume = self.volumes[mount.volume]
+            self._seed(mount.volume, volume, built, mount.target)
+            target = built.host_path(mount.target)
+            if target.is_relative_to(built.context):
+                built.staged_path(mount.target).mkdir(parents=True, exist_ok=True)
+            elif not target.exists():
+                target.mkdir(parents=True)  # the mount point; removed again when the project stops
+                self.mountpoints_created.append(target)
+            mounts.append(["bind", str(volume), str(target)])
+        return mounts
+
+    def _seed(self, name: str, volume: Path, built: BuiltImage, target: str) -> None:
+        # Docker copies the image's directory (owner and mode included) into an empty named volume the first
+        # time a container mounts it; a path the image lacks gives Docker's root-owned 0755 directory.
+        if name in self.volumes_seeded:
+            return
+        self.volumes_seeded.add(name)
+        directory = built.image.directory(target)
+        if directory is not None:
+            os.chown(volume, identity(built.image, directory.owner).uid, _group_id(built.image, directory.group))
+            volume.chmod(directory.mode)
+
+    def command(self, service: Service, built: BuiltImage, argv: list[str] | None = None) -> list[str]:
+        who = identity(built.image, built.image.user)
+        env = _environment(service, built, who)
+        spec = {
+            "mounts": self.mounts(service, built),
+            "cwd": str(built.host_path(built.image.workdir)),
+            "uid": who.uid,
+            "gid": who.gid,
+            "groups": who.groups,
+            "argv": argv if argv is not None else _argv(service, built, env),
+            "env": env,
+        }
+        spec_file = Path(tempfile.mkstemp(prefix=f"launch-{service.name}-", suffix=".json", dir=self.workdir)[1])
+        spec_file.write_text(json.dumps(spec))
+        return ["unshare", "--mount", "--propagation", "private", "--",
+                sys.executable, "-I", "-S", str(LAUNCH_SCRIPT), str(spec_file)]  # fmt: skip
+
+
+# --- the local PostgreSQL as the db service -------------------------------------------------------------
+
+
+def _quote_identifier(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _quote_literal(value: str) -> str:
+    return "'" + value.replace("'", "''") + "'"
+
+
+async def _provision(admin_dsn: str, user: str, password: str, database: str) -> None:
+    conn = await asyncpg.connect(admin_dsn)
+    try:
+        # The postgres image makes POSTGRES_USER the cluster's superuser.
+        exists = await conn.fetchval("SELECT 1 FROM pg_roles WHERE rolname = $1", user)
+        verb = "ALTER" if exists else "CREATE"
+        await conn.execute(
+            f"{verb} ROLE {_quote_identifier(user)} WITH LOGIN SUPERUSER PASSWORD {_quote_literal(password)}"
+        )
+        await conn.execute(f"DROP DATABASE IF EXISTS {_quote_identifier(database)} WITH (FORCE)")
+        await conn.execute(f"CREATE DATABASE {_quote_identifier(database)} OWNER {_quote_identifier(user)}")
+    finally:
+        await conn.close()
+
+
+async def _drop(admin_dsn: str, database: str) -> None:
+    conn = await asyncpg.connect(admin_dsn)
+    try:
+        await conn.execute(f"DROP DATABASE IF EXISTS {_quote_identifier(database)} WITH (FORCE)")
+    finally:
+        await conn.close()
+
+
+def _postgres_env(service: Service) -> tuple[str, str, str]:
+    env = service.environment
+    if "POSTGRES_PASSWORD" not in env:
+        raise ComposeUpError(f"{service.name}: the postgres image refuses to start without POSTGRES_PASSWORD")
+    user = env.get("POSTGRES_USER", "postgres")
+    return user, env["POSTGRES_PASSWORD"], env.get("POSTGRES_DB", user)
+
+
+# --- up -----------------------------------------------------------------------------------------------------
+
+
+def check_ports_free(project: Project) -> None:
+    """Fail with a clear message if a port compose publishes is taken (compose would fail the same way)."""
+    for service in project.services.values():
+        for host_port, container_port in service.ports:
+            if host_port != container_port:
+                raise UnsupportedCompose(f"{service.name}: ports {host_port}:{container_port} need NAT; not emulated")
+            with socket.socket() as probe:
+                probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                try:
+                    probe.bind(("0.0.0.0", host_port))  # noqa: S104 - compose publishes on every interface
+                except OSError as exc:
+                    raise ComposeUpError(
+                        f"port {host_port} is already in use on this machine ({exc.strerror}); compose.yaml publishes "
+                        f"{service.name} on it, so stop whatever listens there (ss -ltnp 'sport = :{host_port}')"
+                    ) from None
+
+
+class _Up:
+    def __init__(self, project: Project, workdir: Path, admin_dsn: str) -> None:
+        self.project = project
+        self.workdir = workdir
+        self.admin_dsn = admin_dsn
+        self.events: list[str] = []
+        self.running: dict[str, RunningService] = {}
+        self.databases: list[str] = []
+        hosts = workdir / "hosts"
+        hosts.write_text(Path("/etc/hosts").read_text() + f"\n127.0.0.1 {' '.join(project.services)}\n")
+        hosts.chmod(0o644)
+        volumes = {}
+        for name in project.volumes:
+            volumes[name] = Path(tempfile.mkdtemp(prefix=f"volume-{name}-", dir=workdir))
+            volumes[name].chmod(0o755)
+        self.launcher = _Launcher(hosts_file=hosts, workdir=workdir, volumes=volumes)
+        self.built: dict[tuple[Path, str], BuiltImage] = {}
+
+    def start(self, service: Service) -> None:
+        for dependency, condition in service.depends_on.items():
+            self.wait_for(dependency, condition, waiter=service.name)
+        log_path = self.workdir / f"{service.name}.log"
+        running = RunningService(service=service, log_path=log_path)
+        self.running[service.name] = running
+        if service.build_context is None:
+            self._start_postgres(service, running)
+        else:
+            key = (service.build_context, service.dockerfile)
+            if key not in self.built:
+                self.built[key] = build(service, self.workdir)
+            running.built = self.built[key]
+            with log_path.open("wb") as log:
+                running.process = subprocess.Popen(
+                    self.launcher.command(service, running.built),
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                )
+        self.events.append(f"{service.name} started")
+
+    def _start_postgres(self, service: Service, running: RunningService) -> None:
+        if service.image is None or not service.image.startswith("postgres:"):
+            raise UnsupportedCompose(f"{service.name}: only built images and postgres:* are emulated")
+        user, password, database = _postgres_env(service)
+        asyncio.run(_provision(self.admin_dsn, user, password, database))
+        self.databases.append(database)
+        running.log_path.write_text(f"local PostgreSQL {LOCAL_POSTGRES}: role {user}, database {database}\n")
+
+    def _healthcheck_passes(self, running: RunningService) -> bool:
+        check = running.service.healthcheck
+        assert check is not None
+        if running.built is None:  # the local PostgreSQL: its healthcheck runs on this machine as root
+            command, env = check.argv, {"PATH": DOCKER_DEFAULT_PATH, **running.service.environment}
+        else:  # like `docker exec`: the container's user, environment, mounts and working directory
+            command, env = self.launcher.command(running.service, running.built, argv=check.argv), None
+        try:
+            result = subprocess.run(command, env=env, capture_output=True, timeout=check.timeout, check=False)
+        except subprocess.TimeoutExpired:
+            return False
+        return result.returncode == 0
+
+    def wait_for(self, name: str, condition: str, *, waiter: str) -> None:
+        running = self.running[name]
+        if condition == "service_started":
+            return
+        if condition == "service_healthy":
+            self.wait_healthy(running, waiter=waiter)
+            return
+        process = running.process
+        if process is None:
+            raise ComposeUpError(f"{waiter} waits for {name} to complete, but {name} is a long-running database")
+        try:
+            code = process.wait(timeout=ONE_SHOT_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            raise ComposeUpError(f"{name} did not finish within {ONE_SHOT_TIMEOUT}s\n{running.log_tail()}") from None
+        if code != 0:
+            raise ComposeUpError(
+                f"service {name!r} didn't complete successfully: exit {code} (needed by {waiter})\n{running.log_tail()}"
+            )
+        if f"{name} exited 0" not in self.events:
+            self.events.append(f"{name} exited 0")
+
+    def wait_healthy(self, running: RunningService, *, waiter: str) -> None:
+        name, check = running.service.name, running.service.healthcheck
+        if running.healthy:
+            return
+        if check is None:
+            raise ComposeUpError(f"{waiter} waits for {name} to be healthy, but {name} has no healthcheck")
+
+        def healthy() -> bool:
+            if running.process is not None and running.process.poll() is not None:
+                raise ComposeUpError(
+                    f"dependency failed to start: {name} exited with code {running.process.returncode} "
+                    f"before it became healthy\n{running.log_tail()}"
+                )
+            return self._healthcheck_passes(running)
+
+        try:
+            wait_until(healthy, timeout=check.patience, what=f"{name} to be healthy", interval=min(check.interval, 0.5))
+        except TimeoutError:
+            raise ComposeUpError(
+                f"dependency failed to start: {name} is unhealthy (healthcheck {check.argv} kept failing for "
+                f"{check.patience:.0f}s)\n{running.log_tail()}"
+            ) from None
+        running.healthy = True
+        self.events.append(f"{name} healthy")
+
+    def stop(self) -> None:
+        for running in reversed(list(self.running.values())):
+            process = running.process
+            if process is None or process.poll() is not None:
+                continue
+            process.terminate()
+            try:
+                process.wait(timeout=STOP_TIMEOUT)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        for database in self.databases:
+            asyncio.run(_drop(self.admin_dsn, database))
+        for mountpoint in self.launcher.mountpoints_created:
+            with contextlib.suppress(OSError):
+                mountpoint.rmdir()
+
+
+@contextlib.contextmanager
+def compose_up(project: Project, *, admin_dsn: str) -> Iterator[ComposeUp]:
+    """Start every service like ``docker compose up --wait`` and stop them all when the block ends.
+
+    ``admin_dsn`` is a superuser connection to the PostgreSQL on 127.0.0.1:5432 that plays ``db``.
+    Raises ``ComposeUpError`` with the failing service's log, as compose would report it.
+    """
+    check_ports_free(project)
+    with tempfile.TemporaryDirectory(prefix="coatcheck-compose-") as tmp:
+        workdir = Path(tmp)
+        workdir.chmod(0o755)
+        up = _Up(project, workdir, admin_dsn)
+        try:
+            for service in project.start_order():
+                up.start(service)
+            for running in up.running.values():  # `--wait`: every service with a healthcheck is healthy
+                if running.service.healthcheck is not None:
+                    up.wait_healthy(running, waiter="compose up --wait")
+            db = next(s for s in project.services.values() if s.build_context is None)
+            user, password, database = _postgres_env(db)
+            host, port = LOCAL_POSTGRES
+            yield ComposeUp(
+                project=project,
+                services=up.running,
+                events=up.events,
+                database_dsn=f"postgresql://{user}:{password}@{host}:{port}/{database}",
+            )
+        finally:
+            up.stop()

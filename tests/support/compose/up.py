@@ -119,6 +119,7 @@ class ComposeUp:
     services: dict[str, RunningService]
     events: list[str]
     database_dsn: str
+    volumes: dict[str, Path]
 
 
 # --- accounts ---------------------------------------------------------------------------------------------
@@ -585,6 +586,7 @@ def compose_up(project: Project, *, admin_dsn: str) -> Iterator[ComposeUp]:
                 services=up.running,
                 events=up.events,
                 database_dsn=f"postgresql://{user}:{password}@{host}:{port}/{database}",
+                volumes=up.launcher.volumes,
             )
         finally:
             up.stop()

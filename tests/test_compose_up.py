@@ -81,7 +81,8 @@ def test_compose_up_starts_each_service_only_after_the_conditions_it_depends_on(
 
 def test_each_service_runs_as_its_images_user_and_the_idp_keeps_its_keys_in_the_named_volume(up: ComposeUp) -> None:
     idp, app = up.services["idp"].process, up.services["app"].process
-    assert idp is not None and app is not None
+    assert idp is not None
+    assert app is not None
     assert _uid_of(idp.pid) == 1000  # USER node (uid 1000 in the node image)
     assert _uid_of(app.pid) == pwd.getpwnam("coatcheck").pw_uid == 10001  # useradd --uid 10001 coatcheck
     keys = up.volumes["idpkeys"] / "jwks.json"
@@ -109,7 +110,8 @@ async def test_the_readme_curl_request_creates_a_cart_for_the_dev_token_user(up:
     message = _mcp_result(done.stdout)
     assert "error" not in message, (message, done.stderr)
     result = message["result"]
-    assert isinstance(result, dict) and result.get("isError") is not True, result
+    assert isinstance(result, dict)
+    assert result.get("isError") is not True, result
     cart_id = result["structuredContent"]["cart_id"]
     assert re.fullmatch(r"cart_[A-Za-z0-9_-]{32}", cart_id), cart_id
     conn = await asyncpg.connect(up.database_dsn)
@@ -117,7 +119,8 @@ async def test_the_readme_curl_request_creates_a_cart_for_the_dev_token_user(up:
         owner = await conn.fetchrow("SELECT principal_iss, principal_sub FROM cart WHERE handle = $1", cart_id)
     finally:
         await conn.close()
-    assert owner is not None and tuple(owner) == (ISSUER, "alice")
+    assert owner is not None
+    assert tuple(owner) == (ISSUER, "alice")
 
 
 class _Walkthrough:

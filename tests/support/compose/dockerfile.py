@@ -1,6 +1,6 @@
 """Read a Dockerfile into what its image holds, without building it.
 
-Every instruction and every ``RUN`` command is either understood or refused with ``UnsupportedDockerfile``:
+Every instruction and every ``RUN`` command is either understood or refused with ``UnsupportedDockerfileError``:
 an image the emulation cannot reproduce must stop the test, never pass it by accident.
 """
 
@@ -13,7 +13,7 @@ from pathlib import Path
 from tests.support.compose.images import BASE_IMAGES, BaseImage
 
 
-class UnsupportedDockerfile(ValueError):
+class UnsupportedDockerfileError(ValueError):
     """The Dockerfile uses something the emulation does not know how to reproduce."""
 
 
@@ -83,7 +83,7 @@ def _exec_or_shell(argument: str) -> list[str]:
     if argument.startswith("["):
         parsed = json.loads(argument)
         if not (isinstance(parsed, list) and all(isinstance(item, str) for item in parsed)):
-            raise UnsupportedDockerfile(f"not a JSON list of strings: {argument}")
+            raise UnsupportedDockerfileError(f"not a JSON list of strings: {argument}")
         return parsed
     return ["/bin/sh", "-c", argument]
 
@@ -97,7 +97,7 @@ def _env_pairs(argument: str) -> dict[str, str]:
     for word in words:
         key, sep, value = word.partition("=")
         if not sep:
-            raise UnsupportedDockerfile(f"ENV {argument}: mixes KEY=value and KEY value forms")
+            raise UnsupportedDockerfileError(f"ENV {argument}: mixes KEY=value and KEY value forms")
         pairs[key] = value
     return pairs
 
@@ -111,7 +111,7 @@ def _commands(shell: str) -> list[list[str]]:
         if token in ("&&", ";"):
             commands.append([])
         elif token and set(token) <= set("|&;<>()"):
-            raise UnsupportedDockerfile(f"RUN {shell}: shell operator {token!r} is not emulated")
+            raise UnsupportedDockerfileError(f"RUN {shell}: shell operator {token!r} is not emulated")
         else:
             commands[-1].append(token)
     return [command for command in commands if command]
@@ -133,15 +133,15 @@ class _Builder:
         as_root = self.image.user.split(":")[0] in ("root", "0")
         if program in ("pip", "pip3") or argv[:3] in (["python", "-m", "pip"], ["python3", "-m", "pip"]):
             if "install" not in argv:
-                raise UnsupportedDockerfile(f"RUN {shell}: only pip install is emulated")
+                raise UnsupportedDockerfileError(f"RUN {shell}: only pip install is emulated")
             self.image.installs.append(("pip", self.image.workdir))
         elif program == "npm":
             if not args or args[0] not in ("install", "ci"):
-                raise UnsupportedDockerfile(f"RUN {shell}: only npm install / npm ci is emulated")
+                raise UnsupportedDockerfileError(f"RUN {shell}: only npm install / npm ci is emulated")
             self.image.installs.append(("npm", self.image.workdir))
         elif program in ("useradd", "groupadd"):
             if not as_root:
-                raise UnsupportedDockerfile(f"RUN {shell}: {program} fails unless the build runs as root")
+                raise UnsupportedDockerfileError(f"RUN {shell}: {program} fails unless the build runs as root")
             self.image.account_commands.append(argv)
             created = self.image.created_accounts if program == "useradd" else self.image.created_groups
             created.append(args[-1])
@@ -151,12 +151,12 @@ class _Builder:
             self._mkdir(args, shell)
         elif program == "chown":
             if not as_root:
-                raise UnsupportedDockerfile(f"RUN {shell}: chown fails unless the build runs as root")
+                raise UnsupportedDockerfileError(f"RUN {shell}: chown fails unless the build runs as root")
             self._chown(args, shell)
         elif program == "chmod":
             self._chmod(args, shell)
         else:
-            raise UnsupportedDockerfile(
+            raise UnsupportedDockerfileError(
                 f"RUN {shell}: {program!r} is not emulated; teach tests/support/compose/dockerfile.py what it does"
             )
 
@@ -170,7 +170,7 @@ class _Builder:
             if word in ("-m", "--mode"):
                 mode = int(next(words), 8)
             elif word.startswith("-"):
-                raise UnsupportedDockerfile(f"RUN {shell}: mkdir {word} is not emulated")
+                raise UnsupportedDockerfileError(f"RUN {shell}: mkdir {word} is not emulated")
             else:
                 paths.append(word)
         owner = self.image.user.split(":")[0]
@@ -181,13 +181,13 @@ class _Builder:
     def _existing(self, path: str, shell: str) -> Directory:
         directory = self.image.directories.get(self.path(path))
         if directory is None:
-            raise UnsupportedDockerfile(f"RUN {shell}: {path} is not a directory this Dockerfile created")
+            raise UnsupportedDockerfileError(f"RUN {shell}: {path} is not a directory this Dockerfile created")
         return directory
 
     def _chown(self, args: list[str], shell: str) -> None:
         words = [word for word in args if word not in ("-R", "--recursive")]
         if len(words) < 2 or any(word.startswith("-") for word in words):
-            raise UnsupportedDockerfile(f"RUN {shell}: only chown [-R] user[:group] path... is emulated")
+            raise UnsupportedDockerfileError(f"RUN {shell}: only chown [-R] user[:group] path... is emulated")
         owner, _, group = words[0].partition(":")
         for path in words[1:]:
             current = self._existing(path, shell)
@@ -196,20 +196,20 @@ class _Builder:
     def _chmod(self, args: list[str], shell: str) -> None:
         words = [word for word in args if word not in ("-R", "--recursive")]
         if len(words) < 2 or not words[0].isdigit():
-            raise UnsupportedDockerfile(f"RUN {shell}: only chmod [-R] OCTAL path... is emulated")
+            raise UnsupportedDockerfileError(f"RUN {shell}: only chmod [-R] OCTAL path... is emulated")
         for path in words[1:]:
             current = self._existing(path, shell)
             self.image.directories[self.path(path)] = Directory(current.owner, current.group, int(words[0], 8))
 
 
 def parse_dockerfile(text: str) -> Image:
-    """The image ``text`` builds. Raises ``UnsupportedDockerfile`` for anything it cannot reproduce."""
+    """The image ``text`` builds. Raises ``UnsupportedDockerfileError`` for anything it cannot reproduce."""
     lines = _logical_lines(text)
     if not lines or not lines[0].upper().startswith("FROM "):
-        raise UnsupportedDockerfile("a Dockerfile starts with FROM")
+        raise UnsupportedDockerfileError("a Dockerfile starts with FROM")
     base_name = lines[0].split(None, 1)[1].strip()
     if base_name not in BASE_IMAGES:
-        raise UnsupportedDockerfile(f"FROM {base_name}: no facts about this base image in images.py")
+        raise UnsupportedDockerfileError(f"FROM {base_name}: no facts about this base image in images.py")
     base = BASE_IMAGES[base_name]
     image = Image(base_name=base_name, base=base, env=dict(base.env))
     builder = _Builder(image)
@@ -217,7 +217,7 @@ def parse_dockerfile(text: str) -> Image:
         instruction, _, argument = line.partition(" ")
         instruction, argument = instruction.upper(), argument.strip()
         if instruction == "FROM":
-            raise UnsupportedDockerfile("multi-stage builds are not emulated")
+            raise UnsupportedDockerfileError("multi-stage builds are not emulated")
         if instruction == "WORKDIR":
             image.workdir = builder.path(argument)
             image.directories.setdefault(image.workdir, Directory())
@@ -226,8 +226,9 @@ def parse_dockerfile(text: str) -> Image:
         elif instruction == "COPY":
             words = shlex.split(argument)
             if any(word.startswith("--") for word in words) or len(words) < 2:
-                raise UnsupportedDockerfile(f"COPY {argument}: only COPY source... dest is emulated")
-            image.copies.append(Copy(tuple(words[:-1]), builder.path(words[-1]) + ("/" if words[-1].endswith("/") else "")))
+                raise UnsupportedDockerfileError(f"COPY {argument}: only COPY source... dest is emulated")
+            dest = builder.path(words[-1]) + ("/" if words[-1].endswith("/") else "")
+            image.copies.append(Copy(tuple(words[:-1]), dest))
         elif instruction == "RUN":
             builder.run(argument)
         elif instruction == "USER":
@@ -240,7 +241,7 @@ def parse_dockerfile(text: str) -> Image:
         elif instruction in ("EXPOSE", "LABEL"):
             continue  # documentation only; compose's ports decide what is published
         else:
-            raise UnsupportedDockerfile(f"{instruction} is not emulated")
+            raise UnsupportedDockerfileError(f"{instruction} is not emulated")
     return image
 
 

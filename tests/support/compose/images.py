@@ -4,10 +4,10 @@ Only facts a process can observe are kept: the environment, the accounts in ``/e
 point and the default command. A base image not listed here cannot be emulated, and says so.
 """
 
+import shutil
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-import shutil
 
 DOCKER_DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 

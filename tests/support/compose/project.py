@@ -1,7 +1,7 @@
 """Read compose.yaml into services, the way ``docker compose`` interprets the parts this project uses.
 
 YAML anchors and merge keys (``<<: *dev-secrets``) are resolved by the YAML loader, as compose does. Keys
-the emulation does not understand are refused with ``UnsupportedCompose`` rather than ignored.
+the emulation does not understand are refused with ``UnsupportedComposeError`` rather than ignored.
 """
 
 import re
@@ -17,7 +17,7 @@ SERVICE_KEYS = {
 CONDITIONS = {"service_started", "service_healthy", "service_completed_successfully"}
 
 
-class UnsupportedCompose(ValueError):
+class UnsupportedComposeError(ValueError):
     """compose.yaml uses something the emulation does not know how to reproduce."""
 
 
@@ -77,9 +77,9 @@ class Project:
             if any(service.name == name for service in order):
                 return
             if name in visiting:
-                raise UnsupportedCompose(f"depends_on cycle through {name}")
+                raise UnsupportedComposeError(f"depends_on cycle through {name}")
             if name not in self.services:
-                raise UnsupportedCompose(f"depends_on names an unknown service {name!r}")
+                raise UnsupportedComposeError(f"depends_on names an unknown service {name!r}")
             visiting.add(name)
             for dependency in self.services[name].depends_on:
                 visit(dependency)
@@ -96,7 +96,7 @@ def parse_duration(value: str | int | float) -> float:
         return float(value)
     parts = re.findall(r"(\d+(?:\.\d+)?)(ms|us|h|m|s)", value)
     if not parts or "".join(number + unit for number, unit in parts) != value:
-        raise UnsupportedCompose(f"not a duration: {value!r}")
+        raise UnsupportedComposeError(f"not a duration: {value!r}")
     scale = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001, "us": 0.000001}
     return sum(float(number) * scale[unit] for number, unit in parts)
 
@@ -108,7 +108,7 @@ def _argv(value: Any, what: str) -> list[str] | None:
         return ["/bin/sh", "-c", value]
     if isinstance(value, list) and all(isinstance(item, str) for item in value):
         return list(value)
-    raise UnsupportedCompose(f"{what}: a string or a list of strings")
+    raise UnsupportedComposeError(f"{what}: a string or a list of strings")
 
 
 def _environment(value: Any, name: str) -> dict[str, str]:
@@ -121,9 +121,9 @@ def _environment(value: Any, name: str) -> dict[str, str]:
         # compose stringifies scalars; booleans and null need quoting in compose.yaml, so refuse them here.
         for key, val in value.items():
             if isinstance(val, bool) or val is None:
-                raise UnsupportedCompose(f"{name}.environment.{key}: quote booleans and empty values")
+                raise UnsupportedComposeError(f"{name}.environment.{key}: quote booleans and empty values")
         return {str(key): str(val) for key, val in value.items()}
-    raise UnsupportedCompose(f"{name}.environment: a mapping or a list")
+    raise UnsupportedComposeError(f"{name}.environment: a mapping or a list")
 
 
 def _healthcheck(value: Any, name: str) -> Healthcheck | None:
@@ -139,7 +139,7 @@ def _healthcheck(value: Any, name: str) -> Healthcheck | None:
     elif test[0] == "NONE":
         return None
     else:
-        raise UnsupportedCompose(f"{name}.healthcheck.test: starts with CMD, CMD-SHELL or NONE")
+        raise UnsupportedComposeError(f"{name}.healthcheck.test: starts with CMD, CMD-SHELL or NONE")
     return Healthcheck(
         argv=argv,
         interval=parse_duration(value.get("interval", "30s")),
@@ -154,10 +154,12 @@ def _depends_on(value: Any, name: str) -> dict[str, str]:
         return {}
     if isinstance(value, list):
         return {str(dependency): "service_started" for dependency in value}
-    conditions = {str(dependency): str((spec or {}).get("condition", "service_started")) for dependency, spec in value.items()}
+    conditions = {
+        str(dependency): str((spec or {}).get("condition", "service_started")) for dependency, spec in value.items()
+    }
     for dependency, condition in conditions.items():
         if condition not in CONDITIONS:
-            raise UnsupportedCompose(f"{name}.depends_on.{dependency}: unknown condition {condition!r}")
+            raise UnsupportedComposeError(f"{name}.depends_on.{dependency}: unknown condition {condition!r}")
     return conditions
 
 
@@ -166,7 +168,7 @@ def _ports(value: Any, name: str) -> list[tuple[int, int]]:
     for spec in value or []:
         match = re.fullmatch(r"(\d+):(\d+)", str(spec))
         if match is None:
-            raise UnsupportedCompose(f"{name}.ports: only HOST:CONTAINER is emulated, not {spec!r}")
+            raise UnsupportedComposeError(f"{name}.ports: only HOST:CONTAINER is emulated, not {spec!r}")
         ports.append((int(match[1]), int(match[2])))
     return ports
 
@@ -174,7 +176,7 @@ def _ports(value: Any, name: str) -> list[tuple[int, int]]:
 def _service(root: Path, name: str, spec: dict[str, Any], volume_names: list[str]) -> Service:
     unknown = set(spec) - SERVICE_KEYS
     if unknown:
-        raise UnsupportedCompose(f"service {name}: keys {sorted(unknown)} are not emulated")
+        raise UnsupportedComposeError(f"service {name}: keys {sorted(unknown)} are not emulated")
     build = spec.get("build")
     dockerfile = "Dockerfile"
     if isinstance(build, dict):
@@ -184,7 +186,7 @@ def _service(root: Path, name: str, spec: dict[str, Any], volume_names: list[str
     for volume in spec.get("volumes", []) or []:
         source, sep, target = str(volume).partition(":")
         if not sep or source not in volume_names:
-            raise UnsupportedCompose(f"{name}.volumes: only named volumes declared under volumes: ({volume!r})")
+            raise UnsupportedComposeError(f"{name}.volumes: only named volumes declared under volumes: ({volume!r})")
         mounts.append(VolumeMount(source, target))
     return Service(
         name=name,
@@ -206,7 +208,6 @@ def load_project(root: Path, filename: str = "compose.yaml") -> Project:
     document = yaml.safe_load((root / filename).read_text())
     volume_names = list((document.get("volumes") or {}).keys())
     services = {
-        str(name): _service(root, str(name), spec or {}, volume_names)
-        for name, spec in document["services"].items()
+        str(name): _service(root, str(name), spec or {}, volume_names) for name, spec in document["services"].items()
     }
     return Project(root=root, services=services, volumes=volume_names)

@@ -37,7 +37,7 @@ import asyncpg
 
 from tests.support.compose.dockerfile import Image, load_image
 from tests.support.compose.images import DOCKER_DEFAULT_PATH, ROOT
-from tests.support.compose.project import Project, Service, UnsupportedCompose
+from tests.support.compose.project import Project, Service, UnsupportedComposeError
 from tests.support.devidp import DEVIDP_DIR, ensure_devidp_installed
 from tests.support.waiting import wait_until
 
@@ -149,7 +149,8 @@ def ensure_accounts(image: Image) -> None:
         if not _exists("user", base_account.name) and not _id_taken("user", base_account.uid):
             for argv in image.base.account_commands:
                 kind = "user" if argv[0] == "useradd" else "group"
-                if not _exists(kind, argv[-1]) and not _id_taken(kind, base_account.gid if kind == "group" else base_account.uid):
+                number = base_account.uid if kind == "user" else base_account.gid
+                if not _exists(kind, argv[-1]) and not _id_taken(kind, number):
                     subprocess.run(list(argv), check=True, capture_output=True)
     for argv in image.account_commands:
         kind = "user" if argv[0] == "useradd" else "group"
@@ -423,7 +424,9 @@ def check_ports_free(project: Project) -> None:
     for service in project.services.values():
         for host_port, container_port in service.ports:
             if host_port != container_port:
-                raise UnsupportedCompose(f"{service.name}: ports {host_port}:{container_port} need NAT; not emulated")
+                raise UnsupportedComposeError(
+                    f"{service.name}: ports {host_port}:{container_port} would need NAT, which is not emulated"
+                )
             with socket.socket() as probe:
                 probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
                 try:
@@ -477,7 +480,7 @@ class _Up:
 
     def _start_postgres(self, service: Service, running: RunningService) -> None:
         if service.image is None or not service.image.startswith("postgres:"):
-            raise UnsupportedCompose(f"{service.name}: only built images and postgres:* are emulated")
+            raise UnsupportedComposeError(f"{service.name}: only built images and postgres:* are emulated")
         user, password, database = _postgres_env(service)
         asyncio.run(_provision(self.admin_dsn, user, password, database))
         self.databases.append(database)

@@ -79,7 +79,7 @@ class BuiltImage:
     # (host source, path inside rootfs): what the image's RUN installs put there
     installed: list[tuple[Path, Path]] = field(default_factory=list)
     path_prefix: list[str] = field(default_factory=list)
-    # mounts made first in the namespace (making this machine's interpreter reachable, see _reachable)
+    # mounts made first in the namespace: what the image user must reach on this machine (see _reachable)
     first_mounts: list[list[str]] = field(default_factory=list)
 
     def host_path(self, container_path: str) -> Path:
@@ -250,6 +250,7 @@ def build(service: Service, workdir: Path) -> BuiltImage:
             uid, gid = identity(image, directory.owner).uid, _group_id(image, directory.group)
             os.chown(staged, uid, gid)
             staged.chmod(directory.mode)
+    reach = [context]  # what the container's user must be able to enter on this machine
     for tool, where in image.installs:
         if tool == "pip":
             # `pip install -e .` in the image: this test run's virtualenv has the project installed.
@@ -259,7 +260,7 @@ def build(service: Service, workdir: Path) -> BuiltImage:
             except importlib.metadata.PackageNotFoundError:
                 raise ComposeUpError(f"pip install in {context}: {name} is not installed in {sys.prefix}") from None
             venv = Path(sys.prefix)
-            built.first_mounts += _reachable(Path(sys.base_prefix).resolve(), workdir, context)
+            reach += [Path(sys.base_prefix).resolve(), venv]
             if venv.is_relative_to(context):
                 built.installed.append((venv, rootfs / venv.relative_to(context)))
             built.path_prefix.append(str(Path(sys.executable).parent))
@@ -269,31 +270,45 @@ def build(service: Service, workdir: Path) -> BuiltImage:
                 raise ComposeUpError(f"npm install in {host_dir}: only the dev IdP's install is emulated")
             ensure_devidp_installed()
             built.installed.append((host_dir / "node_modules", built.staged_path(where) / "node_modules"))
+            # The node image has node in /usr/local/bin; here it is this machine's node, wherever it lives.
+            node = shutil.which("node")
+            if node is None:
+                raise ComposeUpError("node is not on PATH; the node image's services need Node.js 20+")
+            node_dir = Path(node).resolve().parent
+            if str(node_dir) not in image.env.get("PATH", "").split(":"):
+                built.path_prefix.append(str(node_dir))
+                reach.append(node_dir.parent)
     for _source, inside in built.installed:
         inside.mkdir(parents=True, exist_ok=True)
+    built.first_mounts = _reachable(reach, workdir)
     return built
 
 
-def _reachable(prefix: Path, workdir: Path, context: Path) -> list[list[str]]:
-    """Mounts that let any user reach ``prefix`` (the image's interpreter is world-readable in /usr/local).
+def _reachable(paths: list[Path], workdir: Path) -> list[list[str]]:
+    """Mounts that let any user reach ``paths`` (in the image they are world-readable, e.g. /usr/local).
 
-    This machine's interpreter may live under a directory only root may enter (pyenv in /root). Inside the
-    namespace that directory is covered by an empty world-traversable one holding only ``prefix``.
+    On this machine the interpreter, node or the clone may live under a directory only root may enter (pyenv
+    in /root). Inside the namespace such a directory is covered by a world-traversable one that holds only
+    ``paths``.
     """
-    closed = next((p for p in reversed(prefix.parents) if not os.stat(p).st_mode & 0o001), None)
-    if closed is None:
-        return []
-    if context.is_relative_to(closed):
-        raise ComposeUpError(f"the build context {context} is inside {closed}, which only root may enter")
-    cover = Path(tempfile.mkdtemp(prefix="cover-", dir=workdir))
-    cover.chmod(0o755)
-    inside = cover / prefix.relative_to(closed)
-    inside.mkdir(parents=True)
-    for directory in [inside, *inside.parents]:
-        if directory == cover.parent:
-            break
-        directory.chmod(0o755)
-    return [["bind", str(prefix), str(inside)], ["rbind", str(cover), str(closed)]]
+    outermost = [path for path in paths if not any(path != other and path.is_relative_to(other) for other in paths)]
+    covers: dict[Path, list[Path]] = {}
+    for path in dict.fromkeys(outermost):
+        closed = next((p for p in reversed(path.parents) if not os.stat(p).st_mode & 0o001), None)
+        if closed is not None:
+            covers.setdefault(closed, []).append(path)
+    mounts = []
+    for closed, inside in covers.items():
+        cover = Path(tempfile.mkdtemp(prefix="cover-", dir=workdir))
+        cover.chmod(0o755)
+        for path in inside:
+            target = cover / path.relative_to(closed)
+            target.mkdir(parents=True, exist_ok=True)
+            for directory in target.relative_to(cover).parents:
+                (cover / directory).chmod(0o755)
+            mounts.append(["rbind", str(path), str(target)])
+        mounts.append(["rbind", str(cover), str(closed)])
+    return mounts
 
 
 # --- processes --------------------------------------------------------------------------------------------

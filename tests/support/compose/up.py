@@ -504,8 +504,12 @@ class _Up:
     def _healthcheck_passes(self, running: RunningService) -> bool:
         check = running.service.healthcheck
         assert check is not None
-        if running.built is None:  # the local PostgreSQL: its healthcheck runs on this machine as root
-            command, env = check.argv, {"PATH": DOCKER_DEFAULT_PATH, **running.service.environment}
+        if running.built is None:
+            # The local PostgreSQL: the healthcheck runs on this machine as root. In the container the
+            # server is local to the command; here that server is LOCAL_POSTGRES, whatever the socket setup.
+            host, port = LOCAL_POSTGRES
+            local = {"PGHOST": host, "PGPORT": str(port)}
+            command, env = check.argv, {"PATH": DOCKER_DEFAULT_PATH, **running.service.environment, **local}
         else:  # like `docker exec`: the container's user, environment, mounts and working directory
             command, env = self.launcher.command(running.service, running.built, argv=check.argv), None
         try:

@@ -18,38 +18,31 @@ A ``postgres`` image service is the local PostgreSQL on 127.0.0.1:5432, given th
 
 import asyncio
 import contextlib
-import grp
-import importlib.metadata
 import json
 import os
-import pwd
 import shutil
 import socket
 import subprocess
 import sys
 import tempfile
-import tomllib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import asyncpg
-
-from tests.support.compose.dockerfile import Image, load_image
-from tests.support.compose.images import DOCKER_DEFAULT_PATH, ROOT
+from tests.support.compose.accounts import Identity, group_id, identity
+from tests.support.compose.errors import ComposeUpError
+from tests.support.compose.images import DOCKER_DEFAULT_PATH
+from tests.support.compose.postgres import LOCAL_POSTGRES, drop_database, postgres_env, provision
 from tests.support.compose.project import Project, Service, UnsupportedComposeError
-from tests.support.devidp import DEVIDP_DIR, ensure_devidp_installed
+from tests.support.compose.staging import BuiltImage, build
 from tests.support.waiting import wait_until
 
+__all__ = ["LOCAL_POSTGRES", "ComposeUp", "ComposeUpError", "RunningService", "compose_up", "unavailable_reason"]
+
 LAUNCH_SCRIPT = Path(__file__).with_name("launch.py")
-LOCAL_POSTGRES = ("127.0.0.1", 5432)
 ONE_SHOT_TIMEOUT = 180.0
 STOP_TIMEOUT = 10.0
 LOG_TAIL_CHARS = 4000
-
-
-class ComposeUpError(RuntimeError):
-    """What ``docker compose up`` would have reported: a service failed, exited or stayed unhealthy."""
 
 
 def unavailable_reason() -> str | None:
@@ -59,39 +52,6 @@ def unavailable_reason() -> str | None:
     if shutil.which("unshare") is None or shutil.which("mount") is None:
         return "the compose emulation needs util-linux's unshare and mount"
     return None
-
-
-@dataclass(frozen=True)
-class Identity:
-    uid: int
-    gid: int
-    groups: list[int]
-    home: str
-
-
-@dataclass
-class BuiltImage:
-    """An image staged on disk: ``rootfs`` holds its WORKDIR, mounted over the build context."""
-
-    image: Image
-    context: Path
-    rootfs: Path
-    # (host source, path inside rootfs): what the image's RUN installs put there
-    installed: list[tuple[Path, Path]] = field(default_factory=list)
-    path_prefix: list[str] = field(default_factory=list)
-    # mounts made first in the namespace: what the image user must reach on this machine (see _reachable)
-    first_mounts: list[list[str]] = field(default_factory=list)
-
-    def host_path(self, container_path: str) -> Path:
-        """Where a container path is, seen from inside the service's namespace."""
-        workdir = self.image.workdir.rstrip("/") or "/"
-        if container_path == workdir or container_path.startswith(workdir.rstrip("/") + "/"):
-            return self.context / os.path.relpath(container_path, workdir)
-        return Path(container_path)
-
-    def staged_path(self, container_path: str) -> Path:
-        workdir = self.image.workdir
-        return self.rootfs / os.path.relpath(container_path, workdir)
 
 
 @dataclass
@@ -120,198 +80,6 @@ class ComposeUp:
     events: list[str]
     database_dsn: str
     volumes: dict[str, Path]
-
-
-# --- accounts ---------------------------------------------------------------------------------------------
-
-
-def _exists(kind: str, name: str) -> bool:
-    try:
-        (pwd.getpwnam if kind == "user" else grp.getgrnam)(name)
-    except KeyError:
-        return False
-    return True
-
-
-def _id_taken(kind: str, number: int) -> bool:
-    try:
-        (pwd.getpwuid if kind == "user" else grp.getgrgid)(number)
-    except KeyError:
-        return False
-    return True
-
-
-def ensure_accounts(image: Image) -> None:
-    """Create on this machine the accounts the image has, the way the image created them (idempotent)."""
-    for base_account in image.base.accounts:
-        # The base image's own users are known by number; give them a name here when the number is free
-        # (on a machine where uid 1000 is somebody else, the process still runs as uid 1000).
-        if not _exists("user", base_account.name) and not _id_taken("user", base_account.uid):
-            for argv in image.base.account_commands:
-                kind = "user" if argv[0] == "useradd" else "group"
-                number = base_account.uid if kind == "user" else base_account.gid
-                if not _exists(kind, argv[-1]) and not _id_taken(kind, number):
-                    subprocess.run(list(argv), check=True, capture_output=True)
-    for argv in image.account_commands:
-        kind = "user" if argv[0] == "useradd" else "group"
-        name = argv[-1]
-        if _exists(kind, name):
-            wanted = _option(argv, "--uid", "-u") if kind == "user" else _option(argv, "--gid", "-g")
-            have = pwd.getpwnam(name).pw_uid if kind == "user" else grp.getgrnam(name).gr_gid
-            if wanted is not None and int(wanted) != have:
-                raise ComposeUpError(f"{' '.join(argv)}: this machine already has {kind} {name} with id {have}")
-            continue
-        result = subprocess.run(argv, capture_output=True, text=True, check=False)
-        if result.returncode != 0:
-            raise ComposeUpError(f"RUN {' '.join(argv)} failed: {result.stderr.strip()}")
-
-
-def _option(argv: list[str], long: str, short: str) -> str | None:
-    for index, word in enumerate(argv):
-        if word in (long, short) and index + 1 < len(argv):
-            return argv[index + 1]
-        if word.startswith(long + "="):
-            return word.split("=", 1)[1]
-    return None
-
-
-def _group_id(image: Image, name: str) -> int:
-    if name.isdigit():
-        return int(name)
-    if name == "root":
-        return 0
-    if name in image.base.groups:
-        return image.base.groups[name]
-    if name in image.created_groups:
-        return grp.getgrnam(name).gr_gid
-    raise ComposeUpError(f"unable to find group {name}: no matching entries in the image's group file")
-
-
-def identity(image: Image, spec: str) -> Identity:
-    """The uid/gid a container of ``image`` runs as for ``USER spec``, from the image's passwd file."""
-    name, _, group = spec.partition(":")
-    if name in ("root", "0"):
-        found = Identity(0, 0, [0], ROOT.home)
-    elif name.isdigit():
-        found = Identity(int(name), 0, [0], "/")
-    elif (base := next((a for a in image.base.accounts if a.name == name), None)) is not None:
-        found = Identity(base.uid, base.gid, [base.gid], base.home)
-    elif name in image.created_accounts:
-        entry = pwd.getpwnam(name)
-        found = Identity(entry.pw_uid, entry.pw_gid, os.getgrouplist(name, entry.pw_gid), entry.pw_dir)
-    else:
-        raise ComposeUpError(f"unable to find user {name}: no matching entries in the image's passwd file")
-    if group:
-        gid = _group_id(image, group)
-        found = Identity(found.uid, gid, [gid], found.home)
-    return found
-
-
-# --- images -----------------------------------------------------------------------------------------------
-
-
-def _copy_into(source: Path, target: Path, *, into_directory: bool) -> None:
-    if source.is_dir():
-        # COPY of a directory copies its contents. A virtualenv inside the context is not image content.
-        shutil.copytree(source, target, dirs_exist_ok=True, ignore=shutil.ignore_patterns(".venv", "__pycache__"))
-        return
-    if into_directory or target.is_dir():
-        target.mkdir(parents=True, exist_ok=True)
-        target = target / source.name
-    target.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copy2(source, target)
-
-
-def _project_name(context: Path) -> str:
-    return str(tomllib.loads((context / "pyproject.toml").read_text())["project"]["name"])
-
-
-def build(service: Service, workdir: Path) -> BuiltImage:
-    """Stage ``service``'s image: its accounts on this machine, its WORKDIR's files in a fresh directory."""
-    assert service.build_context is not None
-    context = service.build_context
-    image = load_image(context, service.dockerfile)
-    ensure_accounts(image)
-    rootfs = Path(tempfile.mkdtemp(prefix=f"rootfs-{service.name}-", dir=workdir))
-    rootfs.chmod(0o755)
-    built = BuiltImage(image=image, context=context, rootfs=rootfs)
-    for copy in image.copies:
-        if not (copy.dest.rstrip("/") + "/").startswith(image.workdir.rstrip("/") + "/"):
-            raise ComposeUpError(f"COPY {' '.join(copy.sources)} {copy.dest}: only copies into WORKDIR are emulated")
-        for source in copy.sources:
-            if not (context / source).exists():
-                raise ComposeUpError(f"COPY failed: file not found in build context: {source}")
-            into = copy.dest.endswith("/") or len(copy.sources) > 1
-            _copy_into(context / source, built.staged_path(copy.dest.rstrip("/") or "/"), into_directory=into)
-    for path, directory in image.directories.items():
-        staged = built.staged_path(path) if built.host_path(path) != Path(path) else None
-        if staged is not None and staged != rootfs:
-            staged.mkdir(parents=True, exist_ok=True)
-            uid, gid = identity(image, directory.owner).uid, _group_id(image, directory.group)
-            os.chown(staged, uid, gid)
-            staged.chmod(directory.mode)
-    reach = [context]  # what the container's user must be able to enter on this machine
-    for tool, where in image.installs:
-        if tool == "pip":
-            # `pip install -e .` in the image: this test run's virtualenv has the project installed.
-            name = _project_name(built.host_path(where))
-            try:
-                importlib.metadata.distribution(name)
-            except importlib.metadata.PackageNotFoundError:
-                raise ComposeUpError(f"pip install in {context}: {name} is not installed in {sys.prefix}") from None
-            venv = Path(sys.prefix)
-            reach += [Path(sys.base_prefix).resolve(), venv]
-            if venv.is_relative_to(context):
-                built.installed.append((venv, rootfs / venv.relative_to(context)))
-            built.path_prefix.append(str(Path(sys.executable).parent))
-        elif tool == "npm":
-            host_dir = built.host_path(where)
-            if host_dir.resolve() != DEVIDP_DIR.resolve():
-                raise ComposeUpError(f"npm install in {host_dir}: only the dev IdP's install is emulated")
-            ensure_devidp_installed()
-            built.installed.append((host_dir / "node_modules", built.staged_path(where) / "node_modules"))
-            # The node image has node in /usr/local/bin; here it is this machine's node, wherever it lives.
-            node = shutil.which("node")
-            if node is None:
-                raise ComposeUpError("node is not on PATH; the node image's services need Node.js 20+")
-            node_dir = Path(node).resolve().parent
-            if str(node_dir) not in image.env.get("PATH", "").split(":"):
-                built.path_prefix.append(str(node_dir))
-                reach.append(node_dir.parent)
-    for _source, inside in built.installed:
-        inside.mkdir(parents=True, exist_ok=True)
-    built.first_mounts = _reachable(reach, workdir)
-    return built
-
-
-def _reachable(paths: list[Path], workdir: Path) -> list[list[str]]:
-    """Mounts that let any user reach ``paths`` (in the image they are world-readable, e.g. /usr/local).
-
-    On this machine the interpreter, node or the clone may live under a directory only root may enter (pyenv
-    in /root). Inside the namespace such a directory is covered by a world-traversable one that holds only
-    ``paths``.
-    """
-    outermost = [path for path in paths if not any(path != other and path.is_relative_to(other) for other in paths)]
-    covers: dict[Path, list[Path]] = {}
-    for path in dict.fromkeys(outermost):
-        closed = next((p for p in reversed(path.parents) if not os.stat(p).st_mode & 0o001), None)
-        if closed is not None:
-            covers.setdefault(closed, []).append(path)
-    mounts = []
-    for closed, inside in covers.items():
-        cover = Path(tempfile.mkdtemp(prefix="cover-", dir=workdir))
-        cover.chmod(0o755)
-        for path in inside:
-            target = cover / path.relative_to(closed)
-            target.mkdir(parents=True, exist_ok=True)
-            for directory in target.relative_to(cover).parents:
-                (cover / directory).chmod(0o755)
-            mounts.append(["rbind", str(path), str(target)])
-        mounts.append(["rbind", str(cover), str(closed)])
-    return mounts
-
-
-# --- processes --------------------------------------------------------------------------------------------
 
 
 def _argv(service: Service, built: BuiltImage, env: dict[str, str]) -> list[str]:
@@ -368,7 +136,7 @@ class _Launcher:
         self.volumes_seeded.add(name)
         directory = built.image.directory(target)
         if directory is not None:
-            os.chown(volume, identity(built.image, directory.owner).uid, _group_id(built.image, directory.group))
+            os.chown(volume, identity(built.image, directory.owner).uid, group_id(built.image, directory.group))
             volume.chmod(directory.mode)
 
     def command(self, service: Service, built: BuiltImage, argv: list[str] | None = None) -> list[str]:
@@ -387,51 +155,6 @@ class _Launcher:
         spec_file.write_text(json.dumps(spec))
         return ["unshare", "--mount", "--propagation", "private", "--",
                 sys.executable, "-I", "-S", str(LAUNCH_SCRIPT), str(spec_file)]  # fmt: skip
-
-
-# --- the local PostgreSQL as the db service -------------------------------------------------------------
-
-
-def _quote_identifier(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
-
-
-def _quote_literal(value: str) -> str:
-    return "'" + value.replace("'", "''") + "'"
-
-
-async def _provision(admin_dsn: str, user: str, password: str, database: str) -> None:
-    conn = await asyncpg.connect(admin_dsn)
-    try:
-        # The postgres image makes POSTGRES_USER the cluster's superuser.
-        exists = await conn.fetchval("SELECT 1 FROM pg_roles WHERE rolname = $1", user)
-        verb = "ALTER" if exists else "CREATE"
-        await conn.execute(
-            f"{verb} ROLE {_quote_identifier(user)} WITH LOGIN SUPERUSER PASSWORD {_quote_literal(password)}"
-        )
-        await conn.execute(f"DROP DATABASE IF EXISTS {_quote_identifier(database)} WITH (FORCE)")
-        await conn.execute(f"CREATE DATABASE {_quote_identifier(database)} OWNER {_quote_identifier(user)}")
-    finally:
-        await conn.close()
-
-
-async def _drop(admin_dsn: str, database: str) -> None:
-    conn = await asyncpg.connect(admin_dsn)
-    try:
-        await conn.execute(f"DROP DATABASE IF EXISTS {_quote_identifier(database)} WITH (FORCE)")
-    finally:
-        await conn.close()
-
-
-def _postgres_env(service: Service) -> tuple[str, str, str]:
-    env = service.environment
-    if "POSTGRES_PASSWORD" not in env:
-        raise ComposeUpError(f"{service.name}: the postgres image refuses to start without POSTGRES_PASSWORD")
-    user = env.get("POSTGRES_USER", "postgres")
-    return user, env["POSTGRES_PASSWORD"], env.get("POSTGRES_DB", user)
-
-
-# --- up -----------------------------------------------------------------------------------------------------
 
 
 def check_ports_free(project: Project) -> None:
@@ -496,8 +219,8 @@ class _Up:
     def _start_postgres(self, service: Service, running: RunningService) -> None:
         if service.image is None or not service.image.startswith("postgres:"):
             raise UnsupportedComposeError(f"{service.name}: only built images and postgres:* are emulated")
-        user, password, database = _postgres_env(service)
-        asyncio.run(_provision(self.admin_dsn, user, password, database))
+        user, password, database = postgres_env(service)
+        asyncio.run(provision(self.admin_dsn, user, password, database))
         self.databases.append(database)
         running.log_path.write_text(f"local PostgreSQL {LOCAL_POSTGRES}: role {user}, database {database}\n")
 
@@ -576,7 +299,7 @@ class _Up:
                 process.kill()
                 process.wait()
         for database in self.databases:
-            asyncio.run(_drop(self.admin_dsn, database))
+            asyncio.run(drop_database(self.admin_dsn, database))
         for mountpoint in self.launcher.mountpoints_created:
             with contextlib.suppress(OSError):
                 mountpoint.rmdir()
@@ -601,7 +324,7 @@ def compose_up(project: Project, *, admin_dsn: str) -> Iterator[ComposeUp]:
                 if running.service.healthcheck is not None:
                     up.wait_healthy(running, waiter="compose up --wait")
             db = next(s for s in project.services.values() if s.build_context is None)
-            user, password, database = _postgres_env(db)
+            user, password, database = postgres_env(db)
             host, port = LOCAL_POSTGRES
             yield ComposeUp(
                 project=project,

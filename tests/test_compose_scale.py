@@ -156,6 +156,8 @@ def test_the_scale_file_uses_the_same_dev_secrets_and_idp_clients_as_compose_yam
     for name in ("REQUEST_STATE_KEYS", "TOKEN_ENCRYPTION_KEYS", "OIDC_CLIENT_SECRET", "PROVIDERS", "PUBLIC_URL"):
         assert _env(services["app"])[name] == _env(single["app"])[name], name
     assert _env(services["idp"]) == _env(single["idp"])
+    assert services["idp"]["healthcheck"] == single["idp"]["healthcheck"]
+    assert services["app"]["depends_on"]["idp"] == single["app"]["depends_on"]["idp"]
     text = (ROOT / "compose.scale.yaml").read_text()
     assert "DEVELOPMENT ONLY" in text
     assert "DEV-ONLY secret" in text

@@ -29,7 +29,7 @@ from tests.support.scratch import scratch_database
 from tests.support.waiting import free_port
 
 REPLICAS = ("r1", "r2", "r3")
-DRAIN_SECONDS = 1.5  # several HAProxy check intervals (200 ms, fall 2)
+DRAIN_SECONDS = 2.0  # several HAProxy check intervals (200 ms, fall 2)
 POOL_SIZE, MAX_OVERFLOW = 4, 2  # per replica: 3 x 6 client connections share PgBouncer's server pool
 BOUNCER_POOL = 5
 

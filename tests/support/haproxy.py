@@ -45,6 +45,7 @@ defaults
     retries 3
     option redispatch 1
     option http-server-close
+    option forwardfor
 
 frontend coatcheck
     bind 127.0.0.1:{port}

@@ -30,7 +30,7 @@ from tests.support.waiting import free_port
 
 REPLICAS = ("r1", "r2", "r3")
 DRAIN_SECONDS = 2.0  # several HAProxy check intervals (200 ms, fall 2)
-POOL_SIZE, MAX_OVERFLOW = 4, 2  # per replica: 3 x 6 client connections share PgBouncer's server pool
+POOL_SIZE, MAX_OVERFLOW = 5, 0  # per replica: 3 x 5 client connections share PgBouncer's server pool
 BOUNCER_POOL = 5
 
 _FIGURES: list[str] = []

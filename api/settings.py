@@ -123,6 +123,12 @@ class Settings(BaseSettings):
         "statement caches on); transaction: transaction poolers without prepared-statement tracking, e.g. "
         "PgBouncer 1.18 (no statement caches, an explicit transaction around every statement).",
     )
+    max_cart_lines: int = Field(
+        default=100,
+        gt=0,
+        le=10000,
+        description="Most lines (distinct products) one cart may hold; cart_set_item refuses a new line beyond it.",
+    )
     readyz_timeout_seconds: float = Field(default=2.0, gt=0)
     mcp_json_response: bool = False
     log_level: str = "INFO"

@@ -1,4 +1,4 @@
-"""Cart writes in one statement: statement counts, the line cap, and correctness under concurrent writers.
+"""Writes in one statement (cart_set_item, the checkout placement): counts, the line cap, and races.
 
 Each write runs the way the tools run it (``Database.autocommit``), so a statement here is a round trip.
 """
@@ -7,13 +7,17 @@ import asyncio
 import uuid
 from collections.abc import Callable
 
+import asyncpg
 import pytest
+from sqlalchemy.engine import make_url
 
 from store.carts import CartRepository
 from store.catalog import ProductRow, upsert_products
 from store.db import Database
 from store.errors import Conflict, InvalidInput, NotFound
+from store.orders import CheckoutQuote, OrderRepository
 from store.principal import Principal
+from tests.support.mrtr import eventually
 from tests.support.sql import recorded_statements
 
 
@@ -180,3 +184,49 @@ async def test_concurrent_new_lines_at_the_cap_admit_exactly_as_many_as_fit(
     async with database.one_statement() as conn:
         cart = await CartRepository(conn).view(owner, handle)
     assert (outcomes.count("ok"), len(cart.items), cart.version) == (2, 3, 4)
+
+
+async def test_a_cart_changed_while_its_placement_waited_for_the_lock_yields_a_new_quote_and_no_order(
+    database: Database, database_url: str, new_principal: Callable[[], Principal]
+) -> None:
+    owner = new_principal()
+    handle = await _new_cart(database, owner)
+    await _set(database, owner, handle, "hat-beanie", 1)
+    async with database.one_statement() as conn:
+        quote = await OrderRepository(conn).quote(owner, handle)
+    blocker = await asyncpg.connect(make_url(database_url).set(drivername="postgresql").render_as_string(False))
+    try:
+        async with blocker.transaction():
+            await blocker.execute("SELECT 1 FROM cart WHERE handle = $1 FOR UPDATE", handle)
+
+            async def place() -> object:
+                async with database.autocommit() as conn:
+                    return await OrderRepository(conn).place(owner, quote, nonce=uuid.uuid4().hex)
+
+            placing = asyncio.create_task(place())
+
+            async def placement_waits() -> bool:
+                await blocker.execute("SELECT pg_stat_clear_snapshot()")  # a fresh view inside this transaction
+                waiting = await blocker.fetchval(
+                    "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%closed AS%'"
+                )
+                return bool(waiting) or placing.done()
+
+            await eventually(placement_waits, within=10, what="the placement to wait for the cart's lock")
+            assert not placing.done()
+            # The change lands while the placement waits: the cart moves to version 3 with two beanies.
+            await blocker.execute("UPDATE cart SET version = version + 1 WHERE handle = $1", handle)
+            await blocker.execute(
+                "UPDATE cart_item SET quantity = 2 FROM cart WHERE cart.id = cart_item.cart_id AND cart.handle = $1",
+                handle,
+            )
+        outcome = await placing
+    finally:
+        await blocker.close()
+    assert outcome == CheckoutQuote(
+        cart_handle=handle, version=3, line_count=1, item_count=2, total_cents=3600, currency="USD"
+    )
+    async with database.one_statement() as conn:
+        cart = await CartRepository(conn).view(owner, handle)
+        assert await OrderRepository(conn).placed_with(owner, "x") is None
+    assert (cart.status, cart.version) == ("open", 3)

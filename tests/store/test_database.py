@@ -87,3 +87,26 @@ async def test_a_statement_past_statement_timeout_is_a_retryable_error_and_the_c
             assert (await conn.execute(text("SELECT pg_backend_pid()"))).scalar_one() == backend
     finally:
         await database.dispose()
+
+
+async def test_every_pooled_session_runs_with_the_configured_timeouts_and_without_jit(database_url: str) -> None:
+    database = Database.connect(database_url, pool_size=2, statement_timeout_ms=7000, lock_timeout_ms=3000)
+    try:
+        for unit in (database.one_statement, database.transaction, database.autocommit):
+            async with unit() as conn:
+                row = (
+                    await conn.execute(
+                        text(
+                            "SELECT current_setting('statement_timeout'), current_setting('lock_timeout'), "
+                            "current_setting('jit')"
+                        )
+                    )
+                ).one()
+            assert tuple(row) == ("7s", "3s", "off")
+    finally:
+        await database.dispose()
+
+
+def test_a_lock_timeout_not_below_the_statement_timeout_is_refused() -> None:
+    with pytest.raises(ValueError, match="lock_timeout must be greater than 0 and below statement_timeout"):
+        Database.connect("postgresql://u@h/d", statement_timeout_ms=1000, lock_timeout_ms=1000)

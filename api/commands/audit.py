@@ -11,7 +11,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TextIO
 
 from store.audit import AuditRecord, search_events
-from store.db import Database
+from store.db import Database, PoolerMode
 
 _RELATIVE = re.compile(r"(\d+)([smhd])")
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
@@ -70,11 +70,11 @@ def write(records: Sequence[AuditRecord], output_format: str, out: TextIO) -> No
         out.write("  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip() + "\n")
 
 
-def run(args: argparse.Namespace, database_url: str) -> int:
+def run(args: argparse.Namespace, database_url: str, *, pooler_mode: PoolerMode = "none") -> int:
     """Query and print; the exit status (0, also when nothing matched)."""
 
     async def query() -> list[AuditRecord]:
-        database = Database.connect(database_url, pool_size=1, max_overflow=0)
+        database = Database.connect(database_url, pool_size=1, pooler_mode=pooler_mode)
         try:
             async with database.one_statement() as conn:
                 return await search_events(

@@ -11,10 +11,10 @@ import sys
 
 import httpx2
 
+from api.app import database_from
 from api.oauth.setup import build_connections
 from api.settings import Settings
 from store.connections import ConnectionRepository
-from store.db import Database
 from store.errors import DecryptError
 from store.principal import Principal
 
@@ -35,7 +35,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 async def _revoke(settings: Settings, principal: Principal, only: str | None) -> int:
-    database = Database.connect(settings.database_url, pool_size=1, max_overflow=0)
+    database = database_from(settings)  # the server's pool settings and DB_POOLER_MODE
     http = httpx2.AsyncClient(timeout=httpx2.Timeout(10.0), follow_redirects=False)
     try:
         connections = build_connections(settings, database, http)

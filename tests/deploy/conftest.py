@@ -13,6 +13,7 @@ import shutil
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -23,7 +24,7 @@ from tests.browser.conftest import browser_user, chromium  # noqa: F401  (fixtur
 from tests.conftest import DEMO_CLIENT_ID, LOGIN_CLIENT_ID, demo_provider_config, devidp_clients
 from tests.support.devidp import DevIdP, start_devidp
 from tests.support.haproxy import HAPROXY, Balancer, start_haproxy
-from tests.support.pgbouncer import PGBOUNCER, PgBouncer, start_pgbouncer
+from tests.support.pgbouncer import PGBOUNCER, RunningPgBouncer, run_pgbouncer
 from tests.support.replicas import Replica
 from tests.support.scratch import scratch_database
 from tests.support.waiting import free_port
@@ -54,7 +55,7 @@ class Deployment:
     """The running parts, for tests to drive and inspect."""
 
     balancer: Balancer
-    bouncer: PgBouncer
+    bouncer: RunningPgBouncer
     idp: DevIdP
     replicas: dict[str, Replica]
     database_url: str  # direct, for the test's own checks
@@ -84,7 +85,7 @@ def _seed(url: str) -> None:
 
 @pytest.fixture(scope="module")
 def deployment(admin_database_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
-    for binary in (HAPROXY, PGBOUNCER):
+    for binary in (HAPROXY, Path(PGBOUNCER)):
         if not binary.exists():
             pytest.fail(f"{binary} is missing: run .ci/system-packages (installs Debian's haproxy and pgbouncer)")
     assert shutil.which("node"), "the dev IdP needs Node.js"
@@ -93,7 +94,7 @@ def deployment(admin_database_url: str, tmp_path_factory: pytest.TempPathFactory
     client_secrets = {LOGIN_CLIENT_ID: secrets.token_urlsafe(32), DEMO_CLIENT_ID: secrets.token_urlsafe(32)}
     with (
         scratch_database(admin_database_url) as database_url,
-        start_pgbouncer(database_url, pool_size=BOUNCER_POOL) as bouncer,
+        run_pgbouncer(database_url, pool_size=BOUNCER_POOL) as bouncer,
         start_haproxy({name: r.port for name, r in replicas.items()}) as balancer,
     ):
         _seed(database_url)

@@ -1,99 +1,93 @@
-"""Run Debian's PgBouncer (``/usr/sbin/pgbouncer``) in front of the test PostgreSQL, on a free port.
+"""Run Debian's PgBouncer (1.18) as a real transaction-mode pooler in front of the test PostgreSQL."""
 
-The ini is generated per test run: transaction pooling, a fixed server pool per database, no Unix socket,
-logging to the captured output. ``auth_type = any`` lets any client name in; PgBouncer logs in to
-PostgreSQL as the user of the upstream URL (the test server trusts local connections).
-"""
-
-import asyncio
 import contextlib
 import os
+import shutil
+import socket
 import subprocess
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import asyncpg
 from sqlalchemy.engine import make_url
 
 from tests.support.waiting import free_port, wait_until
 
-PGBOUNCER = Path("/usr/sbin/pgbouncer")
-STARTUP_TIMEOUT = 15.0
+PGBOUNCER = "/usr/sbin/pgbouncer"
 
 
 @dataclass(frozen=True)
-class PgBouncer:
-    """A running PgBouncer: the URL clients use instead of PostgreSQL's, and its captured log."""
+class RunningPgBouncer:
+    """A started PgBouncer: the URL that reaches the target database through it, and its log."""
 
     url: str
-    pool_size: int
     log_path: Path
-    process: subprocess.Popen[bytes]
 
     def log_text(self) -> str:
-        return self.log_path.read_text(errors="replace")
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 
 
-def _ini(upstream: str, *, port: int, pool_mode: str, pool_size: int) -> str:
-    url = make_url(upstream)
-    return f"""[databases]
-* = host={url.host or "127.0.0.1"} port={url.port or 5432} user={url.username or "postgres"}
-
-[pgbouncer]
-listen_addr = 127.0.0.1
-listen_port = {port}
-unix_socket_dir =
-auth_type = any
-pool_mode = {pool_mode}
-default_pool_size = {pool_size}
-min_pool_size = 0
-reserve_pool_size = 0
-max_client_conn = 500
-server_lifetime = 3600
-log_connections = 0
-log_disconnections = 0
-"""
+def _unprivileged() -> list[str]:
+    # PgBouncer refuses to run as root; CI containers usually are root.
+    return ["runuser", "-u", "postgres", "--"] if os.getuid() == 0 else []
 
 
-async def _answers(url: str) -> bool:
-    try:
-        conn = await asyncpg.connect(url, timeout=2, statement_cache_size=0)
-    except (OSError, asyncpg.PostgresError, TimeoutError):
-        return False
-    try:
-        return bool(await conn.fetchval("SELECT 1") == 1)
-    finally:
-        await conn.close()
+def _accepting(port: int, process: subprocess.Popen[bytes]) -> bool:
+    if process.poll() is not None:
+        raise RuntimeError(f"pgbouncer exited with {process.returncode}")
+    with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=0.5):
+        return True
+    return False
 
 
 @contextlib.contextmanager
-def start_pgbouncer(upstream: str, *, pool_mode: str = "transaction", pool_size: int = 6) -> Iterator[PgBouncer]:
-    """Start PgBouncer pooling ``upstream``'s server; yields a URL for the same database through it."""
+def run_pgbouncer(
+    database_url: str, *, pool_mode: str = "transaction", pool_size: int = 20
+) -> Iterator[RunningPgBouncer]:
+    """Start PgBouncer on a free port, pooling ``database_url``'s database in ``pool_mode``.
+
+    The generated ini is PgBouncer's stock configuration apart from the target and the pool: in
+    particular no ``ignore_startup_parameters``, so a client that sends ``statement_timeout`` (or any
+    other unsupported startup parameter) is refused, as it would be in production.
+    """
+    target = make_url(database_url)
     port = free_port()
     workdir = Path(tempfile.mkdtemp(prefix="coatcheck-pgbouncer-"))
-    workdir.chmod(0o755)  # PgBouncer drops root for another user, which must still read the ini
-    ini = workdir / "pgbouncer.ini"
-    ini.write_text(_ini(upstream, port=port, pool_mode=pool_mode, pool_size=pool_size))
-    ini.chmod(0o644)
-    command = [str(PGBOUNCER), str(ini)]
-    if os.geteuid() == 0:
-        command[1:1] = ["-u", "postgres"]  # PgBouncer refuses to run as root
-    log = tempfile.NamedTemporaryFile(prefix="coatcheck-pgbouncer-", suffix=".log", delete=False)  # noqa: SIM115
-    process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
-    through = make_url(upstream).set(host="127.0.0.1", port=port).render_as_string(hide_password=False)
-    bouncer = PgBouncer(url=through, pool_size=pool_size, log_path=Path(log.name), process=process)
-    dsn = make_url(through).set(drivername="postgresql").render_as_string(hide_password=False)
-
-    def answers() -> bool:
-        if process.poll() is not None:
-            raise RuntimeError(f"pgbouncer exited with {process.returncode}\n--- log ---\n{bouncer.log_text()}")
-        return asyncio.run(_answers(dsn))
-
+    workdir.chmod(0o755)
+    user = target.username or "postgres"
+    (workdir / "userlist.txt").write_text(f'"{user}" ""\n')
+    log_path = workdir / "pgbouncer.log"
+    (workdir / "pgbouncer.ini").write_text(
+        "[databases]\n"
+        f"{target.database} = host={target.host or '127.0.0.1'} port={target.port or 5432} dbname={target.database}\n"
+        "[pgbouncer]\n"
+        "listen_addr = 127.0.0.1\n"
+        f"listen_port = {port}\n"
+        f"unix_socket_dir = {workdir}\n"
+        "auth_type = trust\n"
+        f"auth_file = {workdir / 'userlist.txt'}\n"
+        f"pool_mode = {pool_mode}\n"
+        f"default_pool_size = {pool_size}\n"
+        "max_client_conn = 500\n"
+        f"pidfile = {workdir / 'pgbouncer.pid'}\n"
+    )
+    if os.getuid() == 0:
+        shutil.chown(workdir, "postgres")
+        for child in workdir.iterdir():
+            shutil.chown(child, "postgres")
+    log = log_path.open("wb")
+    process = subprocess.Popen(
+        [*_unprivileged(), PGBOUNCER, str(workdir / "pgbouncer.ini")], stdout=log, stderr=subprocess.STDOUT
+    )
+    url = target.set(host="127.0.0.1", port=port).render_as_string(hide_password=False)
+    running = RunningPgBouncer(url=url, log_path=log_path)
     try:
-        wait_until(answers, timeout=STARTUP_TIMEOUT, what=f"pgbouncer on port {port}", interval=0.1)
-        yield bouncer
+        try:
+            wait_until(lambda: _accepting(port, process), timeout=15, what=f"pgbouncer on port {port}")
+        except (RuntimeError, TimeoutError) as exc:
+            raise RuntimeError(f"{exc}\n--- pgbouncer log ---\n{running.log_text()}") from None
+        yield running
     finally:
         process.terminate()
         try:
@@ -102,3 +96,4 @@ def start_pgbouncer(upstream: str, *, pool_mode: str = "transaction", pool_size:
             process.kill()
             process.wait()
         log.close()
+        shutil.rmtree(workdir, ignore_errors=True)

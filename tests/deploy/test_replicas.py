@@ -10,6 +10,7 @@ import itertools
 import signal
 import time
 import uuid
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 import asyncpg
@@ -45,14 +46,14 @@ def _dsn(url: str) -> str:
     return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
 
 
-def _alternates(sequence: list[str]) -> bool:
+def _alternates(sequence: list[str | None]) -> bool:
     return all(a != b for a, b in itertools.pairwise(sequence))
 
 
 class Person:
     """The user at the client: confirms the checkout form, opens a connect link in their browser."""
 
-    def __init__(self, open_link: Any) -> None:
+    def __init__(self, open_link: Callable[[str], Coroutine[Any, Any, Landing]]) -> None:
         self.open_link = open_link
         self.landing: asyncio.Task[Landing] | None = None
 
@@ -116,7 +117,7 @@ async def test_the_cart_flow_both_checkout_rounds_and_a_url_connect_are_served_b
     replicas = [replica for _, replica in shopping]
     assert None not in replicas, shopping
     assert [tool for tool, _ in shopping][-2:] == ["cart_checkout", "cart_checkout"]  # both rounds
-    assert _alternates(replicas), f"consecutive requests on one replica: {shopping}"  # type: ignore[arg-type]
+    assert _alternates(replicas), f"consecutive requests on one replica: {shopping}"
     assert set(replicas) == set(REPLICAS)
     # The connect: round 1 made the link, the browser steps and the retried call were spread out too.
     connect_replicas = {replica for _, replica in browser_served} | {

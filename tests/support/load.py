@@ -23,7 +23,7 @@ from tests.support.haproxy import REPLICA_HEADER
 from tests.support.waiting import wait_until
 from tests.support.wire import modern_request, response_message
 
-FORM = {"elicitation": {"form": {}}}
+FORM: dict[str, Any] = {"elicitation": {"form": {}}}
 SKU = "scarf-cashmere"
 
 

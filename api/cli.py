@@ -118,9 +118,9 @@ def _token_key_ring() -> list[bytes]:
 
 
 def _keys_rotate(_: argparse.Namespace) -> None:
-    from store.connections import count_stale, reencrypt_all
     from store.crypto import TokenCipher
     from store.db import Database
+    from store.key_rotation import count_stale, reencrypt_all
 
     cipher = TokenCipher(_token_key_ring())
     url = _database_url_only()

@@ -29,10 +29,10 @@ from api.mcp.rounds import dump_state, load_state, require_elicitation, require_
 from api.oauth.client import OAuthFailure, Unauthorized
 from api.oauth.providers import ProviderConfig, ProviderUnavailable
 from api.oauth.service import Connections
-from store.connections import TokenSet
 from store.errors import DecryptError
 from store.flows import Flow
 from store.principal import Principal
+from store.vault import TokenSet
 
 logger = logging.getLogger(__name__)
 

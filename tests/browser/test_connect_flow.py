@@ -28,11 +28,11 @@ from mcp.types import (
 )
 from sqlalchemy import func, select, update
 
-from store.connections import ConnectionRepository, TokenSet
 from store.crypto import TokenCipher
 from store.db import Database
 from store.models import AuditEvent, OAuthFlow, ProviderConnection, table_of
 from store.principal import Principal
+from store.vault import ConnectionRepository, TokenSet
 from tests.browser.conftest import BrowserUserFactory
 from tests.browser.harness import BrowserUser, Landing
 from tests.conftest import DEMO_CLIENT_ID, LOGIN_CLIENT_ID, McpClientFactory, devidp_clients
@@ -119,7 +119,7 @@ def _principal(devidp: DevIdP, username: str) -> Principal:
 async def _stored_tokens(database: Database, keys: str, principal: Principal) -> TokenSet | None:
     cipher = TokenCipher([key.encode() for key in keys.split(",")])
     async with database.transaction() as conn:
-        locked = await ConnectionRepository(conn, cipher).lock(principal, "demo")
+        locked = await ConnectionRepository(conn, cipher).read(principal, "demo")
     return locked.tokens if locked is not None else None
 
 

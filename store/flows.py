@@ -103,6 +103,9 @@ _ATTACH = (
     .values(state_digest=bindparam("p_digest"), secrets_enc=bindparam("p_secrets"), state_consumed_at=None)
     .returning(_flow.c.id)
 )
+_PENDING_STATE = select(*_COLUMNS).where(
+    _flow.c.state_digest == bindparam("p_digest"), _flow.c.state_consumed_at.is_(None), _OPEN
+)
 # The subquery locks the matching row; a concurrent consumer blocks on it, re-checks
 # ``state_consumed_at IS NULL`` once the winner commits and finds nothing. The outer UPDATE
 # clears the sealed secrets while RETURNING hands back their pre-update value.
@@ -240,6 +243,18 @@ class FlowRepository:
         params = {"p_handle": handle, "p_digest": _state_digest(state), "p_secrets": sealed}
         if (await self._conn.execute(_ATTACH, params)).scalar_one_or_none() is None:
             raise NotFound("flow", handle)
+
+    async def flow_for_state(self, state: str) -> Flow | None:
+        """The flow ``state`` would consume, without consuming it. One query, no lock.
+
+        ``None`` in the same cases as :meth:`consume_state`. Browser-side: the callback compares
+        the logged-in subject with ``flow.principal`` *before* it consumes the state, so a replay
+        from another browser (or none) cannot use up the owner's state.
+        """
+        if not state:
+            return None
+        row = (await self._conn.execute(_PENDING_STATE, {"p_digest": _state_digest(state)})).mappings().one_or_none()
+        return _flow_of(row) if row is not None else None
 
     async def consume_state(self, state: str) -> ConsumedFlow | None:
         """Use up ``state`` and return its flow with the PKCE verifier and nonce. One statement.

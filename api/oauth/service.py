@@ -268,6 +268,11 @@ class Connections:
             extra=provider.authorization_params,
         )
 
+    async def flow_for_state(self, state: str) -> Flow | None:
+        """The flow an unused provider ``state`` belongs to, leaving the state usable (the caller checks the user)."""
+        async with self.database.one_statement() as conn:
+            return await FlowRepository(conn, self.cipher).flow_for_state(state)
+
     async def consume(self, state: str) -> ConsumedFlow | None:
         async with self.database.transaction() as conn:
             return await FlowRepository(conn, self.cipher).consume_state(state)

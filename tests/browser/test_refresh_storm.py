@@ -75,7 +75,8 @@ class Storm:
         assert self.refresh_seen is not None, "the provider never saw a refresh"
         assert self.refresh_stored is not None, "the refreshed token never reached the database"
         start, end = self.refresh_seen, self.refresh_stored
-        return [seconds for started, seconds in self.bob if start <= started and started + seconds <= end]
+        # Every call that overlapped the window: one stuck waiting for a pooled connection counts too.
+        return [seconds for started, seconds in self.bob if started < end and started + seconds > start]
 
 
 async def _bob_samples(view: Callable[[], Awaitable[CallToolResult]], count: int) -> list[float]:

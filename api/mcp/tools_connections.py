@@ -151,6 +151,11 @@ def register_connection_tools(mcp: MCPServer, connections: Connections) -> None:
         except ProviderUnavailable as exc:
             raise ToolError(f"{exc}; try again later.") from None
         except OAuthFailure as exc:
+            if exc.error == "refresh_in_progress":
+                raise ToolError(
+                    f"Another request is still renewing the {provider.label} access ({provider.label} is slow to "
+                    "answer); try again in a few seconds."
+                ) from None
             raise ToolError(f"Refreshing the {provider.label} access failed ({exc.error}); try again later.") from None
         except DecryptError:
             logger.error("stored %s tokens do not open with TOKEN_ENCRYPTION_KEYS", provider.name)

@@ -75,9 +75,7 @@ def _cart_purge() -> Select[int, int]:
 _PURGE = {"oauth_flow": _simple_purge("oauth_flow"), "audit_event": _simple_purge("audit_event"), "cart": _cart_purge()}
 
 
-async def purge_batch(
-    conn: AsyncConnection, table: Purgeable, *, older_than: timedelta, limit: int
-) -> tuple[int, int]:
+async def purge_batch(conn: AsyncConnection, table: Purgeable, *, older_than: timedelta, limit: int) -> tuple[int, int]:
     """Delete up to ``limit`` rows of ``table`` older than ``older_than``. One statement.
 
     Returns (rows deleted, dependent rows deleted with them: ``cart_item`` lines for ``cart``,

@@ -54,14 +54,20 @@ _LEASE_FREE = or_(_t.c.refresh_lease_until.is_(None), _t.c.refresh_lease_until <
 _LEASED = and_(_t.c.refresh_lease_id.is_not(None), _t.c.refresh_lease_until > func.now())
 _COOLING = and_(_t.c.refresh_lease_id.is_(None), _t.c.refresh_lease_until > func.now())
 
-_VIEW = select(*FULL_COLUMNS, _LEASED.label("leased"), _COOLING.label("cooling")).where(OWNED_CONNECTION)
+# Due and valid on the database clock, the same clock the claim decides by (an instance whose clock runs
+# ahead must not see a token as due that the claim then refuses, over and over).
+_DUE = _t.c.expires_at <= func.now() + bindparam("p_skew", type_=Interval())
+_VALID = or_(_t.c.expires_at.is_(None), _t.c.expires_at > func.now())
+_VIEW = select(
+    *FULL_COLUMNS, _DUE.label("due"), _VALID.label("valid"), _LEASED.label("leased"), _COOLING.label("cooling")
+).where(OWNED_CONNECTION)
 _CLAIM = (
     update(_t)
     .where(
         OWNED_CONNECTION,
         _t.c.status == "connected",
         _t.c.refresh_token_enc.is_not(None),
-        _t.c.expires_at <= func.now() + bindparam("p_skew", type_=Interval()),
+        _DUE,
         _LEASE_FREE,
     )
     .values(
@@ -89,6 +95,8 @@ class RefreshView:
     """A connection as a refresher sees it: its tokens, and whether someone else is refreshing them."""
 
     connection: StoredConnection
+    due: bool  # the access token expires within the skew (never, without an expiry)
+    valid: bool  # the access token has not expired yet
     leased: bool  # another caller holds a live lease: its result is on the way
     cooling: bool  # the last refresh failed and its cool-down has not passed yet
 
@@ -114,19 +122,27 @@ class RefreshLease:
 
 
 async def read_for_refresh(
-    conn: AsyncConnection, cipher: TokenCipher, principal: Principal, provider: str
+    conn: AsyncConnection, cipher: TokenCipher, principal: Principal, provider: str, *, skew: timedelta
 ) -> RefreshView | None:
-    """The connection with its tokens and lease state (database clock), or ``None``. One query, no lock.
+    """The connection with its tokens, whether they are due (within ``skew``) and the lease state, or ``None``.
+
+    Every flag is computed on the database clock, like :func:`claim_refresh`. One query, no lock.
 
     Raises:
         DecryptError: a stored token does not open with the key ring.
     """
-    row = (await conn.execute(_VIEW, connection_params(principal, provider))).mappings().one_or_none()
+    params = {**connection_params(principal, provider), "p_skew": skew}
+    row = (await conn.execute(_VIEW, params)).mappings().one_or_none()
     if row is None:
         return None
-    # NULL (no lease at all) reads as False.
-    leased, cooling = bool(row["leased"]), bool(row["cooling"])
-    return RefreshView(connection=open_tokens(cipher, principal, row), leased=leased, cooling=cooling)
+    # NULL (no expiry, no lease) reads as False.
+    return RefreshView(
+        connection=open_tokens(cipher, principal, row),
+        due=bool(row["due"]),
+        valid=bool(row["valid"]),
+        leased=bool(row["leased"]),
+        cooling=bool(row["cooling"]),
+    )
 
 
 async def claim_refresh(

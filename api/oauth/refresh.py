@@ -98,15 +98,14 @@ class TokenRefresher:
         interval = timing.poll_interval
         while True:
             async with self.database.one_statement() as conn:
-                view = await read_for_refresh(conn, self.cipher, principal, provider)
+                view = await read_for_refresh(conn, self.cipher, principal, provider, skew=self.skew)
             if view is None or view.status != "connected":
                 return None
             tokens = view.tokens
-            if not tokens.expiring(within=self.skew):
+            if not view.due:
                 return tokens
-            valid = not tokens.expiring(within=timedelta(0))
             if tokens.refresh_token is None:
-                if valid:
+                if view.valid:
                     return tokens
                 await self._needs_reauth(principal, provider)
                 return None
@@ -117,8 +116,8 @@ class TokenRefresher:
                     )
                 if lease is not None:
                     return await self._refresh(lease, refresh)
-                continue  # someone claimed it or finished first: look again
-            if valid:
+                # Lost the race to another caller: wait for its result like everybody else.
+            if view.valid:
                 return tokens  # good for a little longer: no need to wait for the other refresher
             if view.cooling:
                 raise OAuthFailure("refresh_failed_recently")

@@ -25,9 +25,7 @@ depends_on: str | Sequence[str] | None = None
 
 def upgrade() -> None:
     op.add_column("provider_connection", sa.Column("refresh_lease_id", sa.String(length=32), nullable=True))
-    op.add_column(
-        "provider_connection", sa.Column("refresh_lease_until", sa.DateTime(timezone=True), nullable=True)
-    )
+    op.add_column("provider_connection", sa.Column("refresh_lease_until", sa.DateTime(timezone=True), nullable=True))
     op.create_index("ix_oauth_flow_expires_at", "oauth_flow", ["expires_at"], unique=False)
     op.create_index("ix_audit_event_created_at", "audit_event", ["created_at"], unique=False)
     op.create_index("ix_cart_updated_at", "cart", ["updated_at"], unique=False)

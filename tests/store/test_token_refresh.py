@@ -42,7 +42,7 @@ async def _claim(database: Database, owner: Principal, lease_for: timedelta = LE
 
 async def _stored(database: Database, owner: Principal) -> TokenSet:
     async with database.one_statement() as conn:
-        view = await read_for_refresh(conn, CIPHER, owner, "demo")
+        view = await read_for_refresh(conn, CIPHER, owner, "demo", skew=SKEW)
     assert view is not None
     return view.tokens
 
@@ -57,9 +57,9 @@ async def test_of_many_concurrent_claims_exactly_one_wins_and_the_others_see_the
     assert len(winners) == 1
     assert winners[0].refresh_token == "rt-due-SECRET"
     async with database.one_statement() as conn:
-        view = await read_for_refresh(conn, CIPHER, owner, "demo")
+        view = await read_for_refresh(conn, CIPHER, owner, "demo", skew=SKEW)
     assert view is not None
-    assert (view.leased, view.cooling) == (True, False)
+    assert (view.due, view.valid, view.leased, view.cooling) == (True, False, True, False)
 
 
 async def test_nothing_is_leased_for_a_fresh_token_one_without_refresh_token_or_a_foreign_principal(
@@ -72,7 +72,10 @@ async def test_nothing_is_leased_for_a_fresh_token_one_without_refresh_token_or_
     assert await _claim(database, once) is None
     assert await _claim(database, stranger) is None
     async with database.one_statement() as conn:
-        assert await read_for_refresh(conn, CIPHER, stranger, "demo") is None
+        assert await read_for_refresh(conn, CIPHER, stranger, "demo", skew=SKEW) is None
+        view = await read_for_refresh(conn, CIPHER, fresh, "demo", skew=SKEW)
+    assert view is not None
+    assert (view.due, view.valid) == (False, True)
 
 
 async def test_the_write_back_stores_the_new_tokens_releases_the_lease_and_keeps_what_the_provider_omitted(
@@ -90,7 +93,7 @@ async def test_the_write_back_stores_the_new_tokens_releases_the_lease_and_keeps
     assert stored.scopes == ("read", "write")
     assert stored == lease.tokens.merged_with(renewed)
     async with database.one_statement() as conn:
-        view = await read_for_refresh(conn, CIPHER, owner, "demo")
+        view = await read_for_refresh(conn, CIPHER, owner, "demo", skew=SKEW)
     assert view is not None
     assert (view.leased, view.cooling) == (False, False)
     assert view.connection.info.refreshed_at is not None
@@ -141,7 +144,7 @@ async def test_after_a_failure_nobody_claims_the_lease_until_the_cool_down_passe
     async with database.one_statement() as conn:
         await release_after_failure(conn, brief, retry_after=timedelta(0))
     async with database.one_statement() as conn:
-        view = await read_for_refresh(conn, CIPHER, owner, "demo")
+        view = await read_for_refresh(conn, CIPHER, owner, "demo", skew=SKEW)
     assert view is not None
     assert (view.leased, view.cooling) == (False, True)
     assert view.tokens.access_token == "at-down-SECRET"  # untouched

@@ -13,6 +13,7 @@ import re
 import sys
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Literal
 
 from pydantic import ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -132,6 +133,7 @@ class _PurgeSettings(BaseSettings):
     audit_retention_days: int = Settings.model_fields["audit_retention_days"]  # type: ignore[assignment]
     cart_retention_days: int = Settings.model_fields["cart_retention_days"]  # type: ignore[assignment]
     request_state_ttl_seconds: int = Settings.model_fields["request_state_ttl_seconds"]  # type: ignore[assignment]
+    db_pooler_mode: Literal["none", "transaction"] = Settings.model_fields["db_pooler_mode"]  # type: ignore[assignment]
 
 
 def _run(_: argparse.Namespace) -> None:
@@ -151,7 +153,7 @@ def _run(_: argparse.Namespace) -> None:
     )
 
     async def run() -> dict[str, int]:
-        database = Database.connect(url, pool_size=1, max_overflow=0)
+        database = Database.connect(url, pool_size=1, max_overflow=0, pooler_mode=settings.db_pooler_mode)
         try:
             return await purge(database, policy)
         finally:

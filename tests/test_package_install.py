@@ -10,6 +10,7 @@ import subprocess
 import sys
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx2
@@ -33,12 +34,13 @@ def _run(command: list[str], *, cwd: Path, env: dict[str, str], timeout: float =
 
 
 @pytest.fixture(scope="module")
-def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dict[str, str]]]:
+def installed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str]]:
     """A fresh virtualenv with the built wheel installed; yields its bin directory and a clean environment."""
     root = tmp_path_factory.mktemp("wheel")
     # No PYTHONPATH and no source tree on the path: what runs must come from the wheel.
     env = {key: value for key, value in os.environ.items() if key not in {"PYTHONPATH", "VIRTUAL_ENV"}}
-    _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(root / "dist"), str(REPO)], cwd=root, env=env)
+    pip = [sys.executable, "-m", "pip"]
+    _run([*pip, "wheel", "--no-deps", "-q", "-w", str(root / "dist"), str(REPO)], cwd=root, env=env)
     wheels = list((root / "dist").glob("coatcheck-*.whl"))
     assert len(wheels) == 1, wheels
     venv = root / "venv"
@@ -48,7 +50,36 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, 
         cwd=root,
         env=env,
     )
-    yield venv / "bin", env
+    return venv / "bin", env
+
+
+@contextmanager
+def _serving(coatcheck: str, env: dict[str, str], *, cwd: Path, port: int) -> Iterator[None]:
+    """``coatcheck serve`` from the virtualenv, until the block ends; fails with its log if it never gets ready."""
+    base_url = f"http://127.0.0.1:{port}"
+    log = cwd / "serve.log"
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            [coatcheck, "serve", "--host", "127.0.0.1", "--port", str(port)],
+            cwd=cwd,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+
+        def ready() -> bool:
+            assert process.poll() is None, log.read_text()
+            try:
+                return httpx2.get(f"{base_url}/readyz", timeout=1.0).status_code == 200
+            except httpx2.HTTPError:
+                return False
+
+        wait_until(ready, timeout=60, what="the wheel-installed server to be ready")
+        yield
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
 
 
 @pytest.fixture
@@ -110,25 +141,7 @@ async def test_a_wheel_install_migrates_seeds_and_serves_tools_from_an_empty_dir
         "OIDC_CLIENT_ID": "coatcheck-login",
         "OIDC_CLIENT_SECRET": "wheel-test-" + uuid.uuid4().hex,
     }
-    log = tmp_path / "serve.log"
-    with log.open("wb") as out:
-        process = subprocess.Popen(
-            [coatcheck, "serve", "--host", "127.0.0.1", "--port", str(port)],
-            cwd=tmp_path,
-            env=serve_env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    try:
-
-        def ready() -> bool:
-            assert process.poll() is None, log.read_text()
-            try:
-                return httpx2.get(f"{base_url}/readyz", timeout=1.0).status_code == 200
-            except httpx2.HTTPError:
-                return False
-
-        wait_until(ready, timeout=60, what="the wheel-installed server to be ready")
+    with _serving(coatcheck, serve_env, cwd=tmp_path, port=port):
         # The session's dev IdP lists another resource; `audience` names this server's instead.
         token = await devidp.token("wheel-user", resource=devidp.resources[0], audience=f"{base_url}/mcp")
         http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=httpx2.Timeout(30.0))
@@ -137,6 +150,3 @@ async def test_a_wheel_install_migrates_seeds_and_serves_tools_from_an_empty_dir
             assert not found.is_error, found
             assert found.structured_content is not None
             assert found.structured_content["products"], "the demo catalog is empty"
-    finally:
-        process.terminate()
-        process.wait(timeout=30)

@@ -68,7 +68,12 @@ def test_the_legacy_initialize_advertises_tools_and_no_prompts_or_resources(
 
 @pytest.mark.parametrize(
     ("method", "params"),
-    [("prompts/list", {}), ("resources/list", {}), ("resources/templates/list", {}), ("resources/read", {"uri": "x:y"})],
+    [
+        ("prompts/list", {}),
+        ("resources/list", {}),
+        ("resources/templates/list", {}),
+        ("resources/read", {"uri": "x:y"}),
+    ],
 )
 def test_methods_of_capabilities_not_advertised_are_not_found(
     http: httpx.Client, server: RunningServer, token: str, method: str, params: dict[str, str]

@@ -60,12 +60,15 @@ def _environment() -> dict[str, str]:
     return {key: value for key, value in os.environ.items() if key not in {"DATABASE_URL", "PUBLIC_URL"}}
 
 
+def _ports(port: int, idp_port: int) -> list[str]:
+    return ["--port", str(port), "--idp-port", str(idp_port)]
+
+
 @contextmanager
 def coatcheck_dev(data_dir: Path, cwd: Path, port: int, idp_port: int) -> Iterator[DevRun]:
     """Start ``coatcheck dev``, wait until it serves, and make sure it is gone when the block ends."""
     process = subprocess.Popen(
-        [sys.executable, "-m", "api.cli", "dev", "--data-dir", str(data_dir), "--port", str(port)]
-        + ["--idp-port", str(idp_port)],
+        [sys.executable, "-m", "api.cli", "dev", "--data-dir", str(data_dir), *_ports(port, idp_port)],
         cwd=cwd,
         env=_environment(),
         stdin=subprocess.DEVNULL,
@@ -105,11 +108,11 @@ def _stop_with_sigint(run: DevRun) -> None:
 
 
 def _postgres_processes(data_dir: Path) -> list[psutil.Process]:
-    found = []
-    for process in psutil.process_iter(attrs=["name", "cmdline"]):
-        if process.info["name"] == "postgres" and str(data_dir) in " ".join(process.info["cmdline"] or []):
-            found.append(process)
-    return found
+    return [
+        process
+        for process in psutil.process_iter(attrs=["name", "cmdline"])
+        if process.info["name"] == "postgres" and str(data_dir) in " ".join(process.info["cmdline"] or [])
+    ]
 
 
 async def _dev_token(run: DevRun, username: str) -> str:

@@ -68,7 +68,9 @@ def check_node() -> str:
     )
     if node is None or shutil.which("npm") is None:
         raise DevError(f"{'node' if node is None else 'npm'} is not on PATH. {hint}")
-    version = subprocess.run([node, "--version"], capture_output=True, text=True, timeout=30, check=False).stdout
+    version = subprocess.run(  # noqa: S603 - the node found on PATH, fixed arguments
+        [node, "--version"], capture_output=True, text=True, timeout=30, check=False
+    ).stdout
     match = re.match(r"v(\d+)\.", version.strip())
     if match is None or int(match.group(1)) < MIN_NODE_MAJOR:
         raise DevError(f"found Node.js {version.strip() or 'of unknown version'}. {hint}")
@@ -102,9 +104,10 @@ def ensure_devidp_installed(directory: Path, log_path: Path) -> None:
         if marker.exists():
             return
         _say(f"first run: npm install in {directory} (output in {log_path}) …")
+        npm = shutil.which("npm") or "npm"
         with log_path.open("wb") as log:
-            result = subprocess.run(
-                ["npm", "install", "--no-audit", "--no-fund"],
+            result = subprocess.run(  # noqa: S603 - npm from PATH, fixed arguments
+                [npm, "install", "--no-audit", "--no-fund"],
                 cwd=directory,
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -182,7 +185,7 @@ def run_devidp(
         DEVIDP_CLIENTS=json.dumps(_devidp_clients(urls, dev_secrets)),
     )
     with log_path.open("ab") as log:
-        process = subprocess.Popen(
+        process = subprocess.Popen(  # noqa: S603 - the checked node binary and our own script
             [node, str(directory / "server.mjs")],
             cwd=directory,
             env=env,
@@ -252,7 +255,7 @@ def _banner(urls: DevUrls, data_dir: Path, database: str) -> str:
             "  A dev token for scripts (username alice):",
             f"    {token_command}",
             "",
-            f"  MCP Inspector (CLI, with that token; --protocol-era modern, or checkout and connect fail):",
+            "  MCP Inspector (CLI, with that token; --protocol-era modern, or checkout and connect fail):",
             f"    npx -y @modelcontextprotocol/inspector@{INSPECTOR_VERSION} --cli {urls.mcp_url} "
             '--protocol-era modern --header "Authorization: Bearer $TOKEN" --method tools/list',
             "",
@@ -265,7 +268,7 @@ def _banner(urls: DevUrls, data_dir: Path, database: str) -> str:
 def _prune_dead_handles(pg_dir: Path) -> None:
     # pgserver stops its server only when the last registered process lets go; a crashed run
     # (kill -9) would otherwise keep the server alive for ever.
-    import psutil
+    import psutil  # type: ignore[import-untyped]
 
     handles = pg_dir / ".handle_pids.json"
     if handles.exists():

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import asyncpg
+import asyncpg  # type: ignore[import-untyped]
 from sqlalchemy.engine import make_url
 
 INSTALL_HINT = "pip install 'coatcheck[dev]'  (the embedded PostgreSQL comes from the pgserver wheel)"
@@ -62,7 +62,7 @@ def start_embedded_postgres(data_dir: Path) -> EmbeddedPostgres:
         with warnings.catch_warnings():
             # platformdirs warns when XDG_RUNTIME_DIR is unset (containers, CI); pgserver then uses /tmp.
             warnings.simplefilter("ignore")
-            import pgserver  # type: ignore[import-untyped]
+            from pgserver.postgres_server import get_server
     except ImportError:
         raise EmbeddedPostgresError(f"the embedded PostgreSQL is not installed: {INSTALL_HINT}") from None
     logging.getLogger("pgserver").setLevel(logging.WARNING)
@@ -70,7 +70,7 @@ def start_embedded_postgres(data_dir: Path) -> EmbeddedPostgres:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            server = pgserver.get_server(data_dir, cleanup_mode="stop")
+            server = get_server(data_dir, cleanup_mode="stop")
     except Exception as exc:
         log = data_dir / "log"
         detail = log.read_text(errors="replace")[-2000:] if log.exists() else str(exc)

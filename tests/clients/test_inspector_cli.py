@@ -21,12 +21,18 @@ def clients() -> NodeClients:
     return node_clients()
 
 
-def _inspect(clients: NodeClients, home: Path, url: str, token: str, *args: str) -> dict[str, Any]:
+def _run_inspector(
+    clients: NodeClients, home: Path, url: str, token: str, *args: str
+) -> subprocess.CompletedProcess[str]:
     command = [str(clients.node), str(clients.inspector), "--cli", url, "--protocol-era", "modern"]
     command += ["--header", f"Authorization: Bearer {token}", "--format", "json", *args]
-    result = subprocess.run(
+    return subprocess.run(
         command, env=clients.env(home), cwd=home, capture_output=True, text=True, timeout=TIMEOUT, check=False
     )
+
+
+def _inspect(clients: NodeClients, home: Path, url: str, token: str, *args: str) -> dict[str, Any]:
+    result = _run_inspector(clients, home, url, token, *args)
     assert result.returncode == 0, f"inspector {args} exited {result.returncode}\n{result.stdout}\n{result.stderr}"
     answer: dict[str, Any] = json.loads(result.stdout)
     assert "result" in answer, answer
@@ -74,3 +80,15 @@ async def test_the_inspector_cli_lists_tools_creates_a_cart_and_views_it_by_its_
     assert viewed["structuredContent"]["cart_id"] == cart_id
     assert viewed["structuredContent"]["items"] == []
     assert viewed["structuredContent"]["status"] == "open"
+
+
+async def test_checkout_through_the_inspector_cli_is_refused_because_it_declares_no_elicitation(
+    clients: NodeClients, server: RunningServer, devidp: DevIdP, tmp_path: Path
+) -> None:
+    token = await devidp.token(f"inspector-{uuid.uuid4().hex[:8]}", resource=server.mcp_url)
+    created = _inspect(clients, tmp_path, server.mcp_url, token, "--method", "tools/call", "--tool-name", "cart_create")
+    cart_id = created["structuredContent"]["cart_id"]
+    checkout = ["--method", "tools/call", "--tool-name", "cart_checkout", "--tool-arg", f"cart_id={cart_id}"]
+    result = _run_inspector(clients, tmp_path, server.mcp_url, token, *checkout)
+    assert result.returncode != 0
+    assert "form elicitation capability" in result.stdout + result.stderr

@@ -1,23 +1,24 @@
 # Coatcheck application image: `coatcheck serve`, `coatcheck migrate`, `coatcheck seed-demo`.
-# Installed as a package (not editable): the migrations ship inside it, so no source tree is needed at run time.
+# Installed as a package, not editable: the migrations ship inside it, so nothing runs from the source tree.
 FROM python:3.11-slim
 
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
+WORKDIR /app
 
-# Dependencies first, so code edits do not reinstall them: the [project] dependencies of pyproject.toml.
-COPY pyproject.toml constraints.txt /src/
-RUN python -c 'import tomllib; print("\n".join(tomllib.load(open("/src/pyproject.toml", "rb"))["project"]["dependencies"]))' \
-        > /src/requirements.txt \
-    && pip install -r /src/requirements.txt -c /src/constraints.txt
+# Dependencies first, so code edits do not reinstall them: the package's skeleton pulls them in.
+COPY pyproject.toml constraints.txt README.md ./
+COPY store/__init__.py store/__init__.py
+COPY api/__init__.py api/__init__.py
+COPY migrations/__init__.py migrations/__init__.py
+RUN pip install -c constraints.txt .
 
-COPY README.md /src/
-COPY store /src/store
-COPY api /src/api
-COPY migrations /src/migrations
-RUN pip install -c /src/constraints.txt /src && rm -rf /src
+# Then the package itself, replacing the skeleton.
+COPY store store
+COPY api api
+COPY migrations migrations
+RUN pip install --no-deps --force-reinstall -c constraints.txt .
 
 RUN useradd --system --uid 10001 coatcheck
 USER coatcheck
-WORKDIR /app
 EXPOSE 8000
 CMD ["coatcheck", "serve", "--host", "0.0.0.0", "--port", "8000"]

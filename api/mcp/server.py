@@ -49,7 +49,7 @@ def build_mcp_server(
         middleware=[advertised],
     )
     advertised.bind(mcp)
-    register_cart_tools(mcp, database)
+    register_cart_tools(mcp, database, max_cart_lines=settings.max_cart_lines)
     register_order_tools(mcp, database)
     if connections is not None:
         register_connection_tools(mcp, connections)

@@ -2,7 +2,8 @@
 
 The database server comes from ``TEST_DATABASE_URL``; unset, the tests use the local server at
 ``TEST_DATABASE_DEFAULT_URL`` (default 127.0.0.1:5432), and if nothing answers there, an embedded
-PostgreSQL 16 (the ``pgserver`` wheel of the test extra) started for this run in a temporary directory.
+PostgreSQL 16 (the ``pgserver`` wheel of the test extra; tests/support/embedded_postgres.py) started for
+this run on a free port.
 Each run creates its own database, migrates it with ``alembic upgrade head`` and drops it at the end.
 """
 
@@ -10,12 +11,9 @@ import asyncio
 import json
 import os
 import secrets
-import shutil
-import tempfile
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from pathlib import Path
 from typing import Any
 
 import asyncpg
@@ -25,12 +23,12 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from sqlalchemy.engine import make_url
 
-from api.commands.embedded_postgres import start_embedded_postgres
 from store.db import Database
 from store.demo import seed_demo_catalog
 from store.principal import Principal
 from store.schema import upgrade
 from tests.support.devidp import DevIdP, start_devidp
+from tests.support.embedded_postgres import embedded_postgres
 from tests.support.server import RunningServer, run_server
 from tests.support.waiting import free_port
 
@@ -84,17 +82,12 @@ def admin_database_url() -> Iterator[str]:
         _database_note.append(f"the PostgreSQL at {make_url(default).render_as_string(hide_password=True)}")
         yield default
         return
-    directory = tempfile.mkdtemp(prefix="coatcheck-test-pg-")
-    embedded = start_embedded_postgres(Path(directory) / "data")
-    _database_note.append(
-        f"an embedded PostgreSQL (pgserver) in {directory}: nothing answered at "
-        f"{make_url(default).render_as_string(hide_password=True)}"
-    )
-    try:
-        yield embedded.admin_url
-    finally:
-        embedded.stop()
-        shutil.rmtree(directory, ignore_errors=True)
+    with embedded_postgres() as url:
+        _database_note.append(
+            f"an embedded PostgreSQL (pgserver) at {make_url(url).render_as_string(hide_password=True)}: "
+            f"nothing answered at {make_url(default).render_as_string(hide_password=True)}"
+        )
+        yield url
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:

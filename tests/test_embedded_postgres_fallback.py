@@ -31,7 +31,7 @@ def test_the_suite_falls_back_to_an_embedded_postgresql_when_nothing_answers_at_
         check=False,
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "database server: an embedded PostgreSQL (pgserver) in " in result.stdout
+    assert "database server: an embedded PostgreSQL (pgserver) at postgresql://postgres@127.0.0.1:" in result.stdout
     assert f"nothing answered at {nowhere}" in result.stdout
     assert " passed" in result.stdout
     assert "failed" not in result.stdout

@@ -17,6 +17,7 @@ import os
 import re
 import secrets
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -276,12 +277,19 @@ def _prune_dead_handles(pg_dir: Path) -> None:
         handles.write_text(json.dumps(alive))
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
 def run_dev(*, data_dir: Path, host: str, port: int, idp_port: int) -> None:
     """Run the development stack until SIGINT/SIGTERM (see the module docstring)."""
     from api.app import create_app
     from api.cli import run_http_server
     from api.settings import Settings
 
+    # SIGTERM ends the stack like Ctrl-C: uvicorn shuts down cleanly and re-raises the signal it caught,
+    # which must unwind through the clean-up below rather than kill the process and orphan its children.
+    signal.signal(signal.SIGTERM, _interrupt)
     urls = DevUrls(host=host, port=port, idp_port=idp_port)
     node = check_node()
     devidp = devidp_directory()

@@ -1,4 +1,4 @@
-"""The ``coatcheck`` command: serve, migrate, seed-demo, keys rotate, audit, connections revoke."""
+"""The ``coatcheck`` command: serve, migrate, seed-demo, keys rotate, purge, audit, connections revoke, dev."""
 
 import argparse
 import asyncio
@@ -7,6 +7,7 @@ import logging
 import sys
 from typing import TYPE_CHECKING
 
+from api.commands import purge as purge_command
 from api.settings import Settings, SettingsError
 
 if TYPE_CHECKING:
@@ -80,7 +81,7 @@ def _serve(args: argparse.Namespace) -> None:
 
     settings = _settings()
     configure_logging(settings)
-    run_http_server(create_app(settings), settings, host=args.host, port=args.port)
+    run_http_server(create_app(settings, purge_every=args.purge_every), settings, host=args.host, port=args.port)
 
 
 def _migrate(args: argparse.Namespace) -> None:
@@ -157,9 +158,9 @@ def _token_key_ring() -> list[bytes]:
 
 
 def _keys_rotate(_: argparse.Namespace) -> None:
-    from store.connections import count_stale, reencrypt_all
     from store.crypto import TokenCipher
     from store.db import Database
+    from store.key_rotation import count_stale, reencrypt_all
 
     cipher = TokenCipher(_token_key_ring())
     url = _database_url_only()
@@ -184,6 +185,12 @@ def _keys_rotate(_: argparse.Namespace) -> None:
         raise SystemExit(1)
 
 
+def _dev(args: argparse.Namespace) -> None:
+    from api.commands.dev import main as dev_main
+
+    dev_main(args)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point of the ``coatcheck`` console script."""
     parser = argparse.ArgumentParser(prog="coatcheck", description="Coatcheck MCP server")
@@ -191,6 +198,13 @@ def main(argv: list[str] | None = None) -> None:
     serve = commands.add_parser("serve", help="run the HTTP server")
     serve.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
     serve.add_argument("--port", type=int, default=8000, help="port (default 8000)")
+    serve.add_argument(
+        "--purge-every",
+        type=purge_command.parse_duration,
+        default=None,
+        metavar="DURATION",
+        help="also run `coatcheck purge` in the background every DURATION (e.g. 1h); off by default",
+    )
     serve.set_defaults(run=_serve)
     migrate = commands.add_parser("migrate", help="alembic upgrade head against DATABASE_URL")
     migrate.add_argument("--check", action="store_true", help="change nothing; exit 1 unless the schema is at head")
@@ -214,6 +228,14 @@ def main(argv: list[str] | None = None) -> None:
     revoke = connections.add_parser("revoke", help="revoke a user's connections upstream and forget them (audited)")
     connections_command.add_arguments(revoke)
     revoke.set_defaults(run=_connections_revoke)
+    purge_command.register(commands)
+    dev = commands.add_parser(
+        "dev", help="DEVELOPMENT ONLY: PostgreSQL, the dev IdP, migrate, seed and serve in one command"
+    )
+    from api.commands.dev import add_arguments as add_dev_arguments
+
+    add_dev_arguments(dev)
+    dev.set_defaults(run=_dev)
     args = parser.parse_args(argv)
     args.run(args)
 

@@ -1,1 +1,1 @@
-"""Operator commands of the ``coatcheck`` command line (registered in ``api.cli``)."""
+"""Operator and developer sub-commands of ``coatcheck``, one module each (registered in ``api.cli``)."""

@@ -7,10 +7,25 @@ else raises the same :class:`~store.errors.NotFound`.
 """
 
 from dataclasses import dataclass
-from datetime import datetime
-from typing import NoReturn
+from datetime import datetime, timedelta
+from typing import Any, NoReturn
 
-from sqlalchemy import bindparam, delete, exists, func, insert, literal, select, update
+from sqlalchemy import (
+    Interval,
+    Select,
+    Text,
+    bindparam,
+    delete,
+    exists,
+    func,
+    insert,
+    literal,
+    literal_column,
+    select,
+    true,
+    tuple_,
+    update,
+)
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -18,11 +33,15 @@ from store.errors import Conflict, InvalidInput, NotFound
 from store.handles import is_well_formed, new_handle
 from store.lines import PricedLine
 from store.models import Cart, CartItem, Product, table_of
+from store.paging import DEFAULT_PAGE_SIZE, Page, Position, page_of
 from store.principal import Principal
 from store.scoping import owned_by, principal_params
 
 CART_PREFIX = "cart"
 MAX_QUANTITY = 999
+DEFAULT_MAX_OPEN_CARTS = 100
+DEFAULT_IDEMPOTENCY_KEY_TTL = timedelta(hours=24)
+MAX_IDEMPOTENCY_KEY_LENGTH = 100
 
 _cart = table_of(Cart)
 _item = table_of(CartItem)
@@ -82,21 +101,93 @@ _BUMP = (
 )
 _BUMP_IF_VERSION = _BUMP.where(_cart.c.version == bindparam("p_expected"))
 _STATUS = select(_cart.c.status, _cart.c.version).where(_cart.c.handle == bindparam("p_handle"), _OWNED)
-_LIST = (
-    select(
-        _cart.c.handle,
-        _cart.c.version,
-        _cart.c.status,
-        func.count(_item.c.sku),
-        func.coalesce(func.sum(_item.c.quantity), 0),
-        func.coalesce(func.sum(_item.c.quantity * _product.c.unit_price_cents), 0),
-        func.min(_product.c.currency),
-        _cart.c.created_at,
-    )
-    .select_from(_CART_LINES)
+# One page of the principal's carts (keyset on the index (iss, sub, created_at, handle)), then the
+# counts and totals of just those carts: the cost is one index range of limit + 1 entries plus their lines.
+_PAGE = (
+    select(_cart.c.id, _cart.c.handle, _cart.c.version, _cart.c.status, _cart.c.created_at)
     .where(_OWNED)
-    .group_by(_cart.c.id)
-    .order_by(_cart.c.created_at.desc(), _cart.c.id.desc())
+    .order_by(_cart.c.created_at.desc(), _cart.c.handle.desc())
+    .limit(bindparam("p_limit"))
+)
+_PAGE_AFTER = _PAGE.where(
+    tuple_(_cart.c.created_at, _cart.c.handle) < tuple_(bindparam("p_after_at"), bindparam("p_after_handle"))
+)
+
+
+def _list_of(page: Select[Any]) -> Select[Any]:
+    listed = page.cte("listed")
+    totals = (
+        select(
+            func.count(_item.c.sku).label("line_count"),
+            func.coalesce(func.sum(_item.c.quantity), 0).label("item_count"),
+            func.coalesce(func.sum(_item.c.quantity * _product.c.unit_price_cents), 0).label("total_cents"),
+            func.min(_product.c.currency).label("currency"),
+        )
+        .select_from(_item.join(_product, _product.c.sku == _item.c.sku))
+        .where(_item.c.cart_id == listed.c.id)
+        .lateral("totals")
+    )
+    return (
+        select(
+            listed.c.handle,
+            listed.c.version,
+            listed.c.status,
+            totals.c.line_count,
+            totals.c.item_count,
+            totals.c.total_cents,
+            totals.c.currency,
+            listed.c.created_at,
+        )
+        .select_from(listed.join(totals, true()))
+        .order_by(listed.c.created_at.desc(), listed.c.handle.desc())
+    )
+
+
+_LIST = _list_of(_PAGE)
+_LIST_AFTER = _list_of(_PAGE_AFTER)
+# cart_create: every create of one principal takes this transaction-scoped lock first, so the open-cart
+# count and the idempotency-key lookup that follow see every earlier create (two creates at the cap cannot
+# both pass). The seed keeps these keys apart from other advisory-lock users.
+_CREATE_LOCK = select(
+    func.pg_advisory_xact_lock(
+        func.hashtextextended(
+            # length-prefixed, so no two (issuer, subject) pairs spell the same text
+            func.length(bindparam("p_iss", type_=Text)).cast(Text)
+            + literal_column("':'")
+            + bindparam("p_iss", type_=Text)
+            + bindparam("p_sub", type_=Text),
+            literal_column("1667330676"),  # "cart" as an int32
+        )
+    )
+)
+_REUSED = (
+    select(_cart.c.handle)
+    .where(
+        _OWNED,
+        _cart.c.idempotency_key == bindparam("p_key"),
+        _cart.c.created_at > func.now() - bindparam("p_ttl", type_=Interval),
+    )
+    .order_by(_cart.c.created_at.desc())
+    .limit(1)
+    .cte("reused")
+)
+_OPEN = select(func.count().label("n")).where(_OWNED, _cart.c.status == "open").cte("open_carts")
+_CREATED = (
+    insert(_cart)
+    .from_select(
+        ["handle", "principal_iss", "principal_sub", "idempotency_key"],
+        select(bindparam("p_handle"), bindparam("p_iss"), bindparam("p_sub"), bindparam("p_key")).where(
+            ~exists(select(_REUSED.c.handle)),
+            select(_OPEN.c.n).scalar_subquery() < bindparam("p_max_open"),
+        ),
+    )
+    .returning(_cart.c.handle)
+    .cte("created")
+)
+_CREATE = select(
+    select(_REUSED.c.handle).scalar_subquery(),
+    select(_CREATED.c.handle).scalar_subquery(),
+    select(_OPEN.c.n).scalar_subquery(),
 )
 _DELETE = delete(_cart).where(_cart.c.handle == bindparam("p_handle"), _OWNED).returning(_cart.c.id)
 
@@ -107,13 +198,45 @@ class CartRepository:
     def __init__(self, conn: AsyncConnection) -> None:
         self._conn = conn
 
-    async def create(self, principal: Principal) -> str:
-        """Create an empty open cart and return its handle."""
-        handle = new_handle(CART_PREFIX)
-        await self._conn.execute(
-            insert(_cart).values(handle=handle, principal_iss=principal.issuer, principal_sub=principal.subject)
+    async def create(
+        self,
+        principal: Principal,
+        *,
+        idempotency_key: str | None = None,
+        max_open: int = DEFAULT_MAX_OPEN_CARTS,
+        key_ttl: timedelta = DEFAULT_IDEMPOTENCY_KEY_TTL,
+    ) -> str:
+        """Create an empty open cart and return its handle; needs a transaction (two statements).
+
+        With ``idempotency_key``, a cart this principal created with the same key within ``key_ttl``
+        (and has not deleted) is returned instead of a new one, so a retried create makes one cart.
+
+        Raises:
+            Conflict: the principal already has ``max_open`` open carts.
+        """
+        params: dict[str, object] = {**principal_params(principal)}
+        await self._conn.execute(_CREATE_LOCK, params)
+        row = (
+            await self._conn.execute(
+                _CREATE,
+                {
+                    **params,
+                    "p_handle": new_handle(CART_PREFIX),
+                    "p_key": idempotency_key,
+                    "p_ttl": key_ttl,
+                    "p_max_open": max_open,
+                },
+            )
+        ).one()
+        reused, created, open_carts = row
+        if reused is not None:
+            return str(reused)
+        if created is not None:
+            return str(created)
+        raise Conflict(
+            f"you already have {open_carts} open carts, the most allowed ({max_open}); check out or delete one "
+            "(cart_list shows them, cart_delete removes one) before creating another"
         )
-        return handle
 
     async def view(self, principal: Principal, handle: str) -> CartView:
         """The cart with its lines, in one query.
@@ -213,9 +336,22 @@ class CartRepository:
             f"{sku!r} is priced in another currency than the items already in this cart; use a separate cart"
         )
 
-    async def list(self, principal: Principal) -> list[CartSummary]:
-        """The principal's carts, newest first, with line and item counts and totals."""
-        return [
+    async def list(
+        self, principal: Principal, *, limit: int = DEFAULT_PAGE_SIZE, after: Position | None = None
+    ) -> Page[CartSummary]:
+        """One page of the principal's carts, newest first, with line and item counts and totals.
+
+        ``after`` is the ``next`` position of the previous page. Each page is one statement whose cost
+        depends on ``limit``, not on how many carts this or any other principal has.
+        """
+        params: dict[str, object] = {**principal_params(principal), "p_limit": limit + 1}
+        if after is None:
+            result = await self._conn.execute(_LIST, params)
+        else:
+            result = await self._conn.execute(
+                _LIST_AFTER, {**params, "p_after_at": after.at, "p_after_handle": after.handle}
+            )
+        rows = [
             CartSummary(
                 handle=handle,
                 version=version,
@@ -226,19 +362,18 @@ class CartRepository:
                 currency=currency,
                 created_at=created_at,
             )
-            for handle, version, status, lines, items, total, currency, created_at in await self._conn.execute(
-                _LIST, principal_params(principal)
-            )
+            for handle, version, status, lines, items, total, currency, created_at in result
         ]
+        return page_of(rows, limit, lambda cart: Position(at=cart.created_at, handle=cart.handle))
 
-    async def delete(self, principal: Principal, handle: str) -> None:
-        """Delete the cart and its lines.
+    async def delete(self, principal: Principal, handle: str) -> bool:
+        """Delete the cart and its lines; tell whether this call deleted it.
 
-        Raises:
-            NotFound: the handle names no cart of this principal.
+        ``False`` means there is no such cart of this principal now: already deleted, never created, or
+        someone else's. These are deliberately indistinguishable, so a retried delete succeeds and a
+        foreign handle reveals nothing.
         """
         if not is_well_formed(handle, CART_PREFIX):
-            raise NotFound("cart", handle)
+            return False
         result = await self._conn.execute(_DELETE, {"p_handle": handle, **principal_params(principal)})
-        if result.scalar_one_or_none() is None:
-            raise NotFound("cart", handle)
+        return result.scalar_one_or_none() is not None

@@ -12,6 +12,7 @@ from sqlalchemy import (
     String,
     Text,
     func,
+    text,
 )
 from sqlalchemy.orm import Mapped, mapped_column
 
@@ -25,6 +26,17 @@ class Product(Base):
     __table_args__ = (
         CheckConstraint("unit_price_cents >= 0", name="price_not_negative"),
         CheckConstraint("currency ~ '^[A-Z]{3}$'", name="currency_iso"),
+        # sku prefixes as a range scan whatever the database collation (store/catalog.py). The migration
+        # creates it on (sku COLLATE "C"); reflection does not report index collations, so none is spelled here.
+        Index("ix_product_sku_prefix", "sku"),
+        # Substring search; needs pg_trgm, which the migration installs when the server offers it.
+        Index(
+            "ix_product_search_trgm",
+            "sku",
+            "name",
+            postgresql_using="gin",
+            postgresql_ops={"sku": "gin_trgm_ops", "name": "gin_trgm_ops"},
+        ),
     )
 
     sku: Mapped[str] = mapped_column(String(64), primary_key=True)
@@ -40,7 +52,17 @@ class Cart(Base):
     __table_args__ = (
         CheckConstraint("status IN ('open', 'checked_out')", name="status_known"),
         CheckConstraint("version >= 1", name="version_positive"),
-        Index("ix_cart_principal", "principal_iss", "principal_sub", "created_at"),
+        # cart_list pages: keyset (created_at, handle) under the principal (store/paging.py).
+        Index("ix_cart_principal_page", "principal_iss", "principal_sub", "created_at", "handle"),
+        # The MAX_OPEN_CARTS count reads only open carts.
+        Index("ix_cart_principal_open", "principal_iss", "principal_sub", postgresql_where=text("status = 'open'")),
+        Index(
+            "ix_cart_idempotency_key",
+            "principal_iss",
+            "principal_sub",
+            "idempotency_key",
+            postgresql_where=text("idempotency_key IS NOT NULL"),
+        ),
     )
 
     id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
@@ -51,6 +73,8 @@ class Cart(Base):
     version: Mapped[int] = mapped_column(Integer, server_default="1")
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    # The client-chosen key of the cart_create that made this cart; honoured for IDEMPOTENCY_KEY_TTL_SECONDS.
+    idempotency_key: Mapped[str | None] = mapped_column(String(100))
 
 
 class CartItem(Base):

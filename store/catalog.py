@@ -24,7 +24,7 @@ class ProductRow:
 # How many substring matches a search examines before it stops looking. Past this the query is too
 # common for "the first matches by sku" to be worth a scan of every match (that cost grows with the
 # catalog); the caller gets `limit` of the matches found and `more`, and should narrow the query.
-MAX_EXAMINED_MATCHES = 200
+MAX_EXAMINED_MATCHES = 100
 
 _SEARCH_TRGM_INDEX = "ix_product_search_trgm"
 

@@ -56,11 +56,13 @@ async def test_a_foreign_cursor_is_refused_with_a_clear_error(mcp_client: McpCli
         await _ok(bob, "cart_create")
         foreign = await bob.call_tool("cart_list", {"cursor": alices_cursor})
         damaged = await bob.call_tool("cart_list", {"cursor": alices_cursor[:-2] + "AA"})
-    assert foreign.is_error and foreign.structured_content is None
+    assert foreign.is_error
+    assert foreign.structured_content is None
     assert "This cursor was not issued to you by cart_list" in _text(foreign)
     assert "call cart_list without a cursor" in _text(foreign)
     assert _text(damaged) == _text(foreign)
-    assert as_order_cursor.is_error and "not issued to you by order_list" in _text(as_order_cursor)
+    assert as_order_cursor.is_error
+    assert "not issued to you by order_list" in _text(as_order_cursor)
 
 
 async def test_tool_text_is_compact_json_of_the_structured_content(mcp_client: McpClientFactory) -> None:
@@ -100,7 +102,8 @@ async def test_a_repeated_cart_delete_succeeds_with_deleted_false(mcp_client: Mc
         assert await _ok(client, "cart_delete", {"cart_id": cart_id}) == {"cart_id": cart_id, "deleted": True}
         assert await _ok(client, "cart_delete", {"cart_id": cart_id}) == {"cart_id": cart_id, "deleted": False}
         gone = await client.call_tool("cart_view", {"cart_id": cart_id})
-    assert gone.is_error and "No cart with id" in _text(gone)
+    assert gone.is_error
+    assert "No cart with id" in _text(gone)
 
 
 @pytest.fixture(scope="module")
@@ -160,4 +163,5 @@ async def test_nul_bytes_and_integers_past_int32_are_validation_errors_with_no_t
     assert cart["version"] == 1  # nothing was written
     log = capped_server.log_text()
     assert "rejected arguments" in log
-    assert "Traceback" not in log and "unexpected exception" not in log
+    assert "Traceback" not in log
+    assert "unexpected exception" not in log

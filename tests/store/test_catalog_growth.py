@@ -49,7 +49,8 @@ QUERIES = {"rare word": "zeppelin", "common 3-letter substring": "oat", "sku pre
 
 def _migration() -> ModuleType:
     script = ScriptDirectory.from_config(alembic_config()).get_revision(MIGRATION)
-    assert script is not None and script.module is not None
+    assert script is not None
+    assert script.module is not None
     return script.module
 
 
@@ -109,21 +110,26 @@ async def test_rare_words_common_substrings_and_sku_prefixes_stay_cheap_at_a_mil
         demo = {label: await _figures(conn, query) for label, query in QUERIES.items()}
 
     rare, _ = at_scale["rare word"]
-    assert uses_index(rare, "ix_product_search_trgm") and not scans_table(rare, "product")
+    assert uses_index(rare, "ix_product_search_trgm")
+    assert not scans_table(rare, "product")
     rare_skus = [p.sku for p in found["rare word"].products]
     assert rare_skus == sorted(rare_skus)
-    assert len(found["rare word"].products) == 4 and not found["rare word"].more
+    assert len(found["rare word"].products) == 4
+    assert not found["rare word"].more
 
     common, _ = at_scale["common 3-letter substring"]
     assert rows_removed(common) < 20_000  # the sku-order walk threw away 250 000 rows before the first 'coat-'
     assert buffers(common) < 1_000
-    assert len(found["common 3-letter substring"].products) == 20 and found["common 3-letter substring"].more
+    assert len(found["common 3-letter substring"].products) == 20
+    assert found["common 3-letter substring"].more
 
     prefix, _ = at_scale["sku prefix"]
-    assert uses_index(prefix, "ix_product_sku_prefix") and not scans_table(prefix, "product")
+    assert uses_index(prefix, "ix_product_sku_prefix")
+    assert not scans_table(prefix, "product")
     assert buffers(prefix) < 50
     skus = [p.sku for p in found["sku prefix"].products]
-    assert skus == sorted(skus) and all(sku.startswith("umbrella-") for sku in skus)
+    assert skus == sorted(skus)
+    assert all(sku.startswith("umbrella-") for sku in skus)
     assert skus[0] == "umbrella-cashmere-0000047"  # the first umbrella by sku: exact, not a sample
 
     assert rows_removed(old_shape) > 800_000  # the plan this replaces, for the record

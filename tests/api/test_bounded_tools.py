@@ -81,7 +81,8 @@ async def test_tool_text_is_compact_json_of_the_structured_content(mcp_client: M
             (block,) = result.content
             assert isinstance(block, TextContent)
             assert json.loads(block.text) == result.structured_content, tool
-            assert "\n" not in block.text and ": " not in block.text, tool
+            assert "\n" not in block.text, tool
+            assert ": " not in block.text, tool
 
 
 async def test_a_retried_cart_create_with_the_same_key_returns_the_same_cart(mcp_client: McpClientFactory) -> None:

@@ -19,6 +19,7 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from api.search_health import DEGRADED, INDEXED, SearchHealth
 from store.catalog import _LIST_ALL, _SEARCH, search_products, trigram_index_present
 from store.db import Database
 from store.demo import seed_demo_catalog
@@ -150,7 +151,7 @@ async def test_rare_words_common_substrings_and_sku_prefixes_stay_cheap_at_a_mil
     print("\n".join(lines))
 
 
-def test_without_pg_trgm_the_migration_step_skips_the_index_and_search_still_answers_by_scanning(
+def test_without_pg_trgm_the_migration_skips_the_index_search_still_answers_by_scanning_and_health_says_degraded(
     admin_database_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     with scratch_database(admin_database_url) as url:
@@ -160,12 +161,14 @@ def test_without_pg_trgm_the_migration_step_skips_the_index_and_search_still_ans
             installed: bool = _migration().install_trigram_index(sync, extension="pg_trgm_not_offered_here")
             return installed
 
-        async def run() -> tuple[bool, bool, list[str], list[str], dict[str, Any], bool, bool]:
+        async def run() -> tuple[bool, bool, list[str], list[str], dict[str, Any], bool, bool, list[str | None]]:
             db = Database.connect(url)
             try:
                 async with db.transaction() as conn:
                     installed = await conn.run_sync(without_extension)
                 await seed_demo_catalog(db)
+                health = SearchHealth(db)
+                reported = [await health.status()]
                 async with db.one_statement() as conn:
                     present = await trigram_index_present(conn)
                     coats = [p.sku for p in (await search_products(conn, "coat", 20)).products]
@@ -175,12 +178,13 @@ def test_without_pg_trgm_the_migration_step_skips_the_index_and_search_still_ans
                     reinstalled = await conn.run_sync(lambda sync: _migration().install_trigram_index(sync))
                 async with db.one_statement() as conn:
                     present_after = await trigram_index_present(conn)
+                reported.append(await health.status())
             finally:
                 await db.dispose()
-            return installed, present, coats, lints, plan, reinstalled, present_after
+            return installed, present, coats, lints, plan, reinstalled, present_after, reported
 
         with caplog.at_level(logging.WARNING):
-            installed, present, coats, lints, plan, reinstalled, present_after = asyncio.run(run())
+            installed, present, coats, lints, plan, reinstalled, present_after, reported = asyncio.run(run())
     assert (installed, present) == (False, False)
     assert "does not offer the pg_trgm_not_offered_here extension" in caplog.text
     assert "degraded" in caplog.text
@@ -188,3 +192,5 @@ def test_without_pg_trgm_the_migration_step_skips_the_index_and_search_still_ans
     assert lints == ["brush-lint"]
     assert scans_table(plan, "product")  # the plain scan
     assert (reinstalled, present_after) == (True, True)
+    assert reported == [DEGRADED, INDEXED]  # what /readyz says before and after the index is added
+    assert "catalog_search is degraded" in caplog.text

@@ -11,6 +11,7 @@ from store.carts import CartRepository
 from store.db import Database
 from store.errors import Conflict
 from store.principal import Principal
+from tests.support.sql import recorded_statements
 
 
 async def _create(database: Database, owner: Principal, **options: object) -> str:
@@ -132,3 +133,14 @@ async def test_a_retried_create_at_the_cap_returns_its_cart_instead_of_refusing(
     assert await _create(database, owner, idempotency_key="k", max_open=1) == first
     with pytest.raises(Conflict):
         await _create(database, owner, idempotency_key="other", max_open=1)
+
+
+async def test_a_create_is_two_statements_in_one_transaction_the_lock_and_the_capped_insert(
+    database: Database, new_principal: Callable[[], Principal]
+) -> None:
+    owner = new_principal()
+    with recorded_statements(database) as statements:
+        await _create(database, owner, idempotency_key="k")
+    assert len(statements) == 2
+    assert "pg_advisory_xact_lock" in statements[0]
+    assert "INSERT INTO cart" in statements[1]

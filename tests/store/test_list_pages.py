@@ -5,6 +5,7 @@ generate_series each, in a scratch database, and reads the plans of the store's 
 """
 
 import asyncio
+import secrets
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -13,6 +14,7 @@ from sqlalchemy import text
 from store.carts import _LIST, _LIST_AFTER, CartRepository
 from store.db import Database
 from store.orders import _LIST_AFTER as _ORDERS_AFTER
+from store.orders import OrderReceipt, OrderRepository
 from store.paging import Position
 from store.principal import Principal
 from tests.support.explain import buffers, explain, plan_nodes, rows_removed, scans_table, uses_index
@@ -63,6 +65,27 @@ async def test_carts_created_while_paging_neither_shift_nor_repeat_the_pages_sti
         rest = await CartRepository(conn).list(owner, limit=10, after=first.next)
     assert [cart.handle for cart in first.items] + [cart.handle for cart in rest.items] == everything
     assert newcomer not in [cart.handle for cart in rest.items]
+
+
+async def test_order_pages_return_every_order_once_newest_first(
+    database: Database, new_principal: Callable[[], Principal]
+) -> None:
+    owner = new_principal()
+    placed = []
+    for _ in range(3):
+        async with database.transaction() as conn:
+            handle = await CartRepository(conn).create(owner)
+            await CartRepository(conn).set_item(owner, handle, "hat-beanie", 1)
+        async with database.transaction() as conn:
+            orders = OrderRepository(conn)
+            receipt = await orders.place(owner, await orders.quote(owner, handle), nonce=secrets.token_urlsafe(16))
+            assert isinstance(receipt, OrderReceipt)
+            placed.append(receipt.handle)
+    async with database.one_statement() as conn:
+        first = await OrderRepository(conn).list(owner, limit=2)
+        rest = await OrderRepository(conn).list(owner, limit=2, after=first.next)
+    assert [order.handle for order in first.items + rest.items] == list(reversed(placed))
+    assert rest.next is None
 
 
 @pytest.fixture(scope="module")

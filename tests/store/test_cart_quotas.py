@@ -1,6 +1,7 @@
 """cart_create's open-cart cap and idempotency keys, against the real database, under concurrency."""
 
 import asyncio
+import secrets
 from collections.abc import Callable
 from datetime import timedelta
 
@@ -10,6 +11,7 @@ from sqlalchemy import text
 from store.carts import CartRepository
 from store.db import Database
 from store.errors import Conflict
+from store.orders import OrderReceipt, OrderRepository
 from store.principal import Principal
 from tests.support.sql import recorded_statements
 
@@ -144,3 +146,17 @@ async def test_a_create_is_two_statements_in_one_transaction_the_lock_and_the_ca
     assert len(statements) == 2
     assert "pg_advisory_xact_lock" in statements[0]
     assert "INSERT INTO cart" in statements[1]
+
+
+async def test_checked_out_carts_do_not_count_toward_the_open_cart_cap(
+    database: Database, new_principal: Callable[[], Principal]
+) -> None:
+    owner = new_principal()
+    handle = await _create(database, owner, max_open=1)
+    async with database.transaction() as conn:
+        await CartRepository(conn).set_item(owner, handle, "hat-beanie", 1)
+    async with database.transaction() as conn:
+        orders = OrderRepository(conn)
+        placed = await orders.place(owner, await orders.quote(owner, handle), nonce=secrets.token_urlsafe(16))
+    assert isinstance(placed, OrderReceipt)
+    assert (await _create(database, owner, max_open=1)).startswith("cart_")

@@ -167,8 +167,3 @@ async def test_nul_bytes_and_integers_past_int32_are_validation_errors_with_no_t
     assert "Traceback" not in log
     assert "unexpected exception" not in log
 
-
-def test_readyz_reports_that_catalog_search_is_indexed(server: RunningServer) -> None:
-    response = httpx2.get(f"{server.base_url}/readyz", timeout=10)
-    assert response.status_code == 200
-    assert response.json() == {"status": "ready", "catalog_search": "indexed"}

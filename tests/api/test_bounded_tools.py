@@ -166,4 +166,3 @@ async def test_nul_bytes_and_integers_past_int32_are_validation_errors_with_no_t
     assert "rejected arguments" in log
     assert "Traceback" not in log
     assert "unexpected exception" not in log
-

@@ -21,11 +21,6 @@ class ProductRow:
     currency: str
 
 
-# How many substring matches a search examines before it stops looking. Past this the query is too
-# common for "the first matches by sku" to be worth a scan of every match (that cost grows with the
-# catalog); the caller gets `limit` of the matches found and `more`, and should narrow the query.
-MAX_EXAMINED_MATCHES = 100
-
 _SEARCH_TRGM_INDEX = "ix_product_search_trgm"
 
 
@@ -59,8 +54,10 @@ _LIST_ALL = select(*_COLUMNS).order_by(_product.c.sku).limit(bindparam("p_limit"
 # A search is two groups, each served by an index with bounded work, in one statement:
 #  1. skus starting with the query, in sku order: a range of ix_product_sku_prefix (sku COLLATE "C"),
 #     at most limit + 1 entries;
-#  2. the other products whose sku or name contains the query, in sku order, among at most
-#     MAX_EXAMINED_MATCHES matches: the trigram index finds rare terms, a short scan finds common ones.
+#  2. the other products whose sku or name contains the query, in sku order, among the first limit + 1
+#     matches found: the trigram index finds rare terms, a short scan finds common ones. With at most
+#     `limit` matches that is all of them; with more, `more` is set and which ones come back is unspecified
+#     (ordering every match by sku would cost a heap visit and a sort per match, growing with the catalog).
 # Both are MATERIALIZED CTEs, so the planner cannot turn them into a walk of the sku order that filters
 # every row until it finds a match (the plan that read 999 993 rows for a rare word at 1 M products).
 # The outer LIMIT stops before group 2 runs at all when group 1 fills the page.
@@ -79,7 +76,7 @@ _CONTAINED = (
         or_(_product.c.sku.ilike(_pattern, escape="\\"), _product.c.name.ilike(_pattern, escape="\\")),
         ~_IN_PREFIX,
     )
-    .limit(MAX_EXAMINED_MATCHES)
+    .limit(bindparam("p_limit"))
     .cte("contained")
     .prefix_with("MATERIALIZED")
 )
@@ -99,8 +96,9 @@ async def search_products(conn: AsyncConnection, query: str, limit: int) -> Sear
     """Products whose sku or name contains ``query`` (case-insensitive): sku-prefix matches first.
 
     Each group is in sku order. An empty query lists the catalog in sku order. The work is bounded by
-    ``limit`` and :data:`MAX_EXAMINED_MATCHES`, whatever the size of the catalog; with more matches than
-    that, which of them are returned is not specified (``more`` is set: narrow the query).
+    ``limit`` whatever the size of the catalog: with at most ``limit`` matches you get all of them; with
+    more, ``more`` is set and which of them are returned is not specified beyond the sku-prefix ones
+    (narrow the query, or raise ``limit``).
     """
     if not query:
         listed = (await conn.execute(_LIST_ALL, {"p_limit": limit + 1})).all()

@@ -119,8 +119,8 @@ async def test_rare_words_common_substrings_and_sku_prefixes_stay_cheap_at_a_mil
     assert not found["rare word"].more
 
     common, _ = at_scale["common 3-letter substring"]
-    assert rows_removed(common) < 20_000  # the sku-order walk threw away 250 000 rows before the first 'coat-'
-    assert buffers(common) < 1_000
+    assert rows_removed(common) < 2_000  # the sku-order walk threw away 250 000 rows before the first 'coat-'
+    assert buffers(common) < 100  # sorting all 125 000 trigram matches touched ~9 700
     assert len(found["common 3-letter substring"].products) == 20
     assert found["common 3-letter substring"].more
 

@@ -31,6 +31,11 @@ MAX_SEARCH_RESULTS = 100
 PageSize = Annotated[int, Field(ge=1, le=MAX_PAGE_SIZE, description=f"1..{MAX_PAGE_SIZE} items per page")]
 
 
+def _duration(ttl: timedelta) -> str:
+    seconds = int(ttl.total_seconds())
+    return f"{seconds // 3600} h" if seconds % 3600 == 0 else f"{seconds // 60} min"
+
+
 def register_cart_tools(
     mcp: MCPServer,
     database: Database,
@@ -45,7 +50,8 @@ def register_cart_tools(
         name="catalog_search",
         description="Search the product catalog by sku or name (case-insensitive substring). Products whose "
         "sku starts with the query come first; each group is in sku order. An empty query lists products in "
-        "sku order. `more` says that other products match too: narrow the query.",
+        "sku order. `more` says that more products match than were returned (then the non-prefix matches "
+        "shown are some of them): narrow the query or raise limit.",
         annotations=ToolAnnotations(read_only_hint=True, idempotent_hint=True, open_world_hint=False),
     )
     @tool_errors
@@ -63,7 +69,7 @@ def register_cart_tools(
         description="Create an empty cart and return its handle (cart_id). Pass the handle to the other "
         "cart tools. Carts are private to you and are kept until you delete them. Pass an idempotency_key "
         "of your choice to make retries safe: the same key returns the same cart "
-        f"(for {int(idempotency_key_ttl.total_seconds() // 3600)} h). At most {max_open_carts} open carts.",
+        f"(for {_duration(idempotency_key_ttl)}). At most {max_open_carts} open carts.",
         annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False),
     )
     @tool_errors

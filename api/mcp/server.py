@@ -52,6 +52,7 @@ def build_mcp_server(
         mcp,
         database,
         cursors=cursors,
+        max_cart_lines=settings.max_cart_lines,
         max_open_carts=settings.max_open_carts,
         idempotency_key_ttl=timedelta(seconds=settings.idempotency_key_ttl_seconds),
     )

@@ -21,7 +21,13 @@ from api.mcp.schemas import (
     CatalogSearchOut,
     ProductOut,
 )
-from store.carts import DEFAULT_IDEMPOTENCY_KEY_TTL, DEFAULT_MAX_OPEN_CARTS, MAX_QUANTITY, CartRepository
+from store.carts import (
+    DEFAULT_IDEMPOTENCY_KEY_TTL,
+    DEFAULT_MAX_OPEN_CARTS,
+    MAX_CART_LINES,
+    MAX_QUANTITY,
+    CartRepository,
+)
 from store.catalog import search_products
 from store.db import Database
 from store.paging import DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE
@@ -41,6 +47,7 @@ def register_cart_tools(
     database: Database,
     *,
     cursors: CursorSigner,
+    max_cart_lines: int = MAX_CART_LINES,
     max_open_carts: int = DEFAULT_MAX_OPEN_CARTS,
     idempotency_key_ttl: timedelta = DEFAULT_IDEMPOTENCY_KEY_TTL,
 ) -> None:
@@ -99,8 +106,11 @@ def register_cart_tools(
         expected_version: Annotated[int, Field(ge=1, le=INT32_MAX)] | None = None,
     ) -> Annotated[CallToolResult, CartOut]:
         principal = current_principal()
-        async with database.transaction() as conn:
-            cart = await CartRepository(conn).set_item(principal, cart_id, sku, quantity, expected_version)
+        # One self-validating statement on the happy path; see CartRepository.set_item.
+        async with database.autocommit() as conn:
+            cart = await CartRepository(conn).set_item(
+                principal, cart_id, sku, quantity, expected_version, max_lines=max_cart_lines
+            )
         return compact(CartOut.of(cart))
 
     @mcp.tool(

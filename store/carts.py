@@ -11,15 +11,10 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import (
-    Interval,
     Select,
-    Text,
     bindparam,
     delete,
-    exists,
     func,
-    insert,
-    literal_column,
     select,
     text,
     true,
@@ -214,49 +209,47 @@ def _list_of(page: Select[Any]) -> Select[Any]:
 
 _LIST = _list_of(_PAGE)
 _LIST_AFTER = _list_of(_PAGE_AFTER)
-# cart_create: every create of one principal takes this transaction-scoped lock first, so the open-cart
-# count and the idempotency-key lookup that follow see every earlier create (two creates at the cap cannot
-# both pass). The seed keeps these keys apart from other advisory-lock users.
-_CREATE_LOCK = select(
-    func.pg_advisory_xact_lock(
-        func.hashtextextended(
-            # length-prefixed, so no two (issuer, subject) pairs spell the same text
-            func.length(bindparam("p_iss", type_=Text)).cast(Text)
-            + literal_column("':'")
-            + bindparam("p_iss", type_=Text)
-            + bindparam("p_sub", type_=Text),
-            literal_column("1667330676"),  # "cart" as an int32
-        )
-    )
+# cart_create in one statement (autocommit: one round trip). An open cart holds one of its owner's
+# MAX_OPEN_CARTS numbered slots, and a unique index over the open carts' slots (uq_cart_open_slot, partial
+# on status = 'open', so checking out or deleting a cart frees its slot) is what enforces the cap: two
+# concurrent creates that pick the same free slot cannot both commit, and the loser, after DO NOTHING,
+# tries again on a fresh snapshot. With no free slot the cap is reached. The idempotency key is unique
+# per principal too (uq_cart_idempotency_key), so racing retries of one key make one cart.
+_CREATE = text(
+    """
+WITH args AS (
+    SELECT CAST(:p_iss AS text) AS iss, CAST(:p_sub AS text) AS sub, CAST(:p_handle AS varchar) AS handle,
+           CAST(:p_key AS varchar) AS key, CAST(:p_ttl AS interval) AS ttl, CAST(:p_max_open AS integer) AS max_open
+), reused AS (
+    SELECT cart.handle FROM cart, args
+    WHERE cart.principal_iss = args.iss AND cart.principal_sub = args.sub
+      AND cart.idempotency_key = args.key AND cart.created_at > now() - args.ttl
+), free_slot AS (
+    SELECT slot FROM args, generate_series(1, args.max_open) AS slot
+    WHERE NOT EXISTS (
+        SELECT FROM cart
+        WHERE cart.principal_iss = args.iss AND cart.principal_sub = args.sub
+          AND cart.status = 'open' AND cart.open_slot = slot)
+    ORDER BY slot
+    LIMIT 1
+), created AS (
+    INSERT INTO cart (handle, principal_iss, principal_sub, idempotency_key, open_slot)
+    SELECT args.handle, args.iss, args.sub, args.key, free_slot.slot FROM args, free_slot
+    WHERE NOT EXISTS (SELECT FROM reused)
+    ON CONFLICT DO NOTHING
+    RETURNING cart.handle
 )
-_REUSED = (
-    select(_cart.c.handle)
-    .where(
-        _OWNED,
-        _cart.c.idempotency_key == bindparam("p_key"),
-        _cart.c.created_at > func.now() - bindparam("p_ttl", type_=Interval),
-    )
-    .order_by(_cart.c.created_at.desc())
-    .limit(1)
-    .cte("reused")
+SELECT (SELECT handle FROM reused) AS reused, (SELECT handle FROM created) AS created,
+       EXISTS (SELECT FROM free_slot) AS below_cap
+"""
 )
-_OPEN = select(func.count().label("n")).where(_OWNED, _cart.c.status == "open").cte("open_carts")
-_CREATED = (
-    insert(_cart)
-    .from_select(
-        ["handle", "principal_iss", "principal_sub", "idempotency_key"],
-        select(bindparam("p_handle"), bindparam("p_iss"), bindparam("p_sub"), bindparam("p_key")).where(
-            ~exists(select(_REUSED.c.handle)),
-            select(_OPEN.c.n).scalar_subquery() < bindparam("p_max_open"),
-        ),
-    )
-    .returning(_cart.c.handle)
-    .cte("created")
-)
-_CREATE = select(
-    select(_REUSED.c.handle).scalar_subquery(),
-    select(_CREATED.c.handle).scalar_subquery(),
-    select(_OPEN.c.n).scalar_subquery(),
+# Only after a create lost a race or hit an expired key: a key past its TTL no longer names its cart.
+_FORGET_EXPIRED_KEY = text(
+    """
+UPDATE cart SET idempotency_key = NULL
+WHERE principal_iss = CAST(:p_iss AS text) AND principal_sub = CAST(:p_sub AS text)
+  AND idempotency_key = CAST(:p_key AS varchar) AND created_at <= now() - CAST(:p_ttl AS interval)
+"""
 )
 _DELETE = delete(_cart).where(_cart.c.handle == bindparam("p_handle"), _OWNED).returning(_cart.c.id)
 
@@ -275,37 +268,36 @@ class CartRepository:
         max_open: int = DEFAULT_MAX_OPEN_CARTS,
         key_ttl: timedelta = DEFAULT_IDEMPOTENCY_KEY_TTL,
     ) -> str:
-        """Create an empty open cart and return its handle; needs a transaction (two statements).
+        """Create an empty open cart and return its handle: one statement, safe in autocommit.
 
-        With ``idempotency_key``, a cart this principal created with the same key within ``key_ttl``
+        With ``idempotency_key``, the cart this principal created with the same key within ``key_ttl``
         (and has not deleted) is returned instead of a new one, so a retried create makes one cart.
 
         Raises:
-            Conflict: the principal already has ``max_open`` open carts.
+            Conflict: the principal already has ``max_open`` open carts, or too many creates raced.
         """
-        params: dict[str, object] = {**principal_params(principal)}
-        await self._conn.execute(_CREATE_LOCK, params)
-        row = (
-            await self._conn.execute(
-                _CREATE,
-                {
-                    **params,
-                    "p_handle": new_handle(CART_PREFIX),
-                    "p_key": idempotency_key,
-                    "p_ttl": key_ttl,
-                    "p_max_open": max_open,
-                },
-            )
-        ).one()
-        reused, created, open_carts = row
-        if reused is not None:
-            return str(reused)
-        if created is not None:
-            return str(created)
-        raise Conflict(
-            f"you already have {open_carts} open carts, the most allowed ({max_open}); check out or delete one "
-            "(cart_list shows them, cart_delete removes one) before creating another"
-        )
+        params: dict[str, object] = {
+            **principal_params(principal),
+            "p_handle": new_handle(CART_PREFIX),
+            "p_key": idempotency_key,
+            "p_ttl": key_ttl,
+            "p_max_open": max_open,
+        }
+        for _ in range(_WRITE_ATTEMPTS):
+            reused, created, below_cap = (await self._conn.execute(_CREATE, params)).one()
+            if reused is not None:
+                return str(reused)
+            if created is not None:
+                return str(created)
+            if not below_cap:
+                raise Conflict(
+                    f"you already have {max_open} open carts, the most allowed; check out or delete one "
+                    "(cart_list shows them, cart_delete removes one) before creating another"
+                )
+            # Lost a race for the slot or the key (the next try sees the winner), or the key had expired.
+            if idempotency_key is not None:
+                await self._conn.execute(_FORGET_EXPIRED_KEY, params)
+        raise Conflict("too many carts are being created at once; call cart_list, then retry")
 
     async def view(self, principal: Principal, handle: str) -> CartView:
         """The cart with its lines, in one query.

@@ -82,7 +82,8 @@ def register_cart_tools(
     @tool_errors
     async def cart_create(idempotency_key: IdempotencyKey | None = None) -> Annotated[CallToolResult, CartCreated]:
         principal = current_principal()
-        async with database.transaction() as conn:  # the per-user lock and the capped insert
+        # One statement that retries itself after a lost race; see CartRepository.create.
+        async with database.autocommit() as conn:
             handle = await CartRepository(conn).create(
                 principal, idempotency_key=idempotency_key, max_open=max_open_carts, key_ttl=idempotency_key_ttl
             )

@@ -1,4 +1,4 @@
-"""bounded lists, open-cart cap, cart_create idempotency keys, indexed catalog search
+"""bounded lists, open-cart slots, cart_create idempotency keys, indexed catalog search
 
 Revision ID: a1b2c3d40005
 Revises: a1b2c3d40003
@@ -63,18 +63,29 @@ def upgrade() -> None:
     op.create_index(
         "ix_cart_principal_page", "cart", ["principal_iss", "principal_sub", "created_at", "handle"], unique=False
     )
+    op.add_column("cart", sa.Column("open_slot", sa.Integer(), nullable=True))
+    # Existing open carts take slots 1, 2, … per owner, oldest first (an owner already past the cap keeps
+    # every cart and just cannot create more).
+    op.execute(
+        """
+        UPDATE cart SET open_slot = numbered.slot
+        FROM (SELECT id, row_number() OVER (PARTITION BY principal_iss, principal_sub ORDER BY created_at, id) AS slot
+              FROM cart WHERE status = 'open') AS numbered
+        WHERE cart.id = numbered.id
+        """
+    )
     op.create_index(
-        "ix_cart_principal_open",
+        "uq_cart_open_slot",
         "cart",
-        ["principal_iss", "principal_sub"],
-        unique=False,
+        ["principal_iss", "principal_sub", "open_slot"],
+        unique=True,
         postgresql_where=sa.text("status = 'open'"),
     )
     op.create_index(
-        "ix_cart_idempotency_key",
+        "uq_cart_idempotency_key",
         "cart",
         ["principal_iss", "principal_sub", "idempotency_key"],
-        unique=False,
+        unique=True,
         postgresql_where=sa.text("idempotency_key IS NOT NULL"),
     )
     op.drop_index("ix_orders_principal", table_name="orders")
@@ -91,8 +102,9 @@ def downgrade() -> None:
     op.drop_index("ix_product_sku_prefix", table_name="product")
     op.drop_index("ix_orders_principal_page", table_name="orders")
     op.create_index("ix_orders_principal", "orders", ["principal_iss", "principal_sub", "placed_at"], unique=False)
-    op.drop_index("ix_cart_idempotency_key", table_name="cart")
-    op.drop_index("ix_cart_principal_open", table_name="cart")
+    op.drop_index("uq_cart_idempotency_key", table_name="cart")
+    op.drop_index("uq_cart_open_slot", table_name="cart")
+    op.drop_column("cart", "open_slot")
     op.drop_index("ix_cart_principal_page", table_name="cart")
     op.create_index("ix_cart_principal", "cart", ["principal_iss", "principal_sub", "created_at"], unique=False)
     op.drop_column("cart", "idempotency_key")

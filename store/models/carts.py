@@ -54,13 +54,21 @@ class Cart(Base):
         CheckConstraint("version >= 1", name="version_positive"),
         # cart_list pages: keyset (created_at, handle) under the principal (store/paging.py).
         Index("ix_cart_principal_page", "principal_iss", "principal_sub", "created_at", "handle"),
-        # The MAX_OPEN_CARTS count reads only open carts.
-        Index("ix_cart_principal_open", "principal_iss", "principal_sub", postgresql_where=text("status = 'open'")),
+        # MAX_OPEN_CARTS: each open cart holds one numbered slot of its owner (store/carts.py, cart_create).
         Index(
-            "ix_cart_idempotency_key",
+            "uq_cart_open_slot",
+            "principal_iss",
+            "principal_sub",
+            "open_slot",
+            unique=True,
+            postgresql_where=text("status = 'open'"),
+        ),
+        Index(
+            "uq_cart_idempotency_key",
             "principal_iss",
             "principal_sub",
             "idempotency_key",
+            unique=True,
             postgresql_where=text("idempotency_key IS NOT NULL"),
         ),
     )
@@ -75,6 +83,8 @@ class Cart(Base):
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
     # The client-chosen key of the cart_create that made this cart; honoured for IDEMPOTENCY_KEY_TTL_SECONDS.
     idempotency_key: Mapped[str | None] = mapped_column(String(100))
+    # 1..MAX_OPEN_CARTS while the cart is open; unique among the owner's open carts.
+    open_slot: Mapped[int | None] = mapped_column(Integer)
 
 
 class CartItem(Base):

@@ -133,7 +133,7 @@ async def test_the_open_cart_cap_is_a_tool_error_that_says_what_to_do(
         await _ok(client, "cart_delete", {"cart_id": first})
         await _ok(client, "cart_create")
     assert refused.is_error
-    assert "2 open carts, the most allowed (2)" in _text(refused)
+    assert "You already have 2 open carts, the most allowed" in _text(refused)
     assert "cart_delete" in _text(refused)
 
 

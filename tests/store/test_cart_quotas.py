@@ -2,18 +2,24 @@
 
 import asyncio
 import secrets
+import uuid
 from collections.abc import Callable
 from datetime import timedelta
 
 import pytest
 from sqlalchemy import text
+from sqlalchemy.engine import make_url
 
 from store.carts import CartRepository
 from store.db import Database
 from store.errors import Conflict
 from store.orders import OrderReceipt, OrderRepository
 from store.principal import Principal
+from store.schema import upgrade
+from tests.conftest import _create_database, _drop_database
 from tests.support.sql import recorded_statements
+
+MIGRATION = "a1b2c3d40005"
 
 
 async def _create(database: Database, owner: Principal, **options: object) -> str:
@@ -44,7 +50,7 @@ async def test_concurrent_creates_at_the_cap_never_exceed_it_and_the_refusal_say
     made = [outcome for outcome in outcomes if outcome.startswith("cart_")]
     refused = [outcome for outcome in outcomes if outcome.startswith("refused")]
     assert (len(made), len(refused)) == (1, 5)
-    assert "3 open carts, the most allowed (3)" in refused[0]
+    assert "you already have 3 open carts, the most allowed" in refused[0]
     assert "cart_delete" in refused[0]
     assert "check out" in refused[0]
     assert await _open_carts(database, owner) == 3
@@ -55,19 +61,19 @@ async def _waiting_on_a_lock(database: Database) -> bool:
         found = await conn.execute(
             text(
                 "SELECT EXISTS (SELECT FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-                "AND query LIKE '%pg_advisory_xact_lock%' AND datname = current_database())"
+                "AND query LIKE '%INSERT INTO cart%' AND datname = current_database())"
             )
         )
         return bool(found.scalar_one())
 
 
-async def test_a_create_racing_an_uncommitted_create_at_the_cap_waits_for_it_and_is_refused(
+async def test_a_create_racing_an_uncommitted_create_for_the_last_slot_waits_for_it_and_is_refused(
     database: Database, new_principal: Callable[[], Principal]
 ) -> None:
     owner = new_principal()
     await _create(database, owner, max_open=2)
     async with database.transaction() as first:
-        await CartRepository(first).create(owner, max_open=2)  # in flight: holds the owner's create lock
+        await CartRepository(first).create(owner, max_open=2)  # in flight: holds the last slot, uncommitted
         racer = asyncio.create_task(_outcome(database, owner, max_open=2))
         deadline = asyncio.get_running_loop().time() + 10
         while not racer.done() and not await _waiting_on_a_lock(database):
@@ -137,15 +143,30 @@ async def test_a_retried_create_at_the_cap_returns_its_cart_instead_of_refusing(
         await _create(database, owner, idempotency_key="other", max_open=1)
 
 
-async def test_a_create_is_two_statements_in_one_transaction_the_lock_and_the_capped_insert(
+async def test_a_create_is_one_statement(database: Database, new_principal: Callable[[], Principal]) -> None:
+    owner = new_principal()
+    with recorded_statements(database) as statements:
+        async with database.autocommit() as conn:
+            await CartRepository(conn).create(owner, idempotency_key="k")
+    assert len(statements) == 1
+    assert "INSERT INTO cart" in statements[0]
+
+
+async def test_slots_freed_by_delete_are_taken_again_and_the_cap_still_holds(
     database: Database, new_principal: Callable[[], Principal]
 ) -> None:
     owner = new_principal()
-    with recorded_statements(database) as statements:
-        await _create(database, owner, idempotency_key="k")
-    assert len(statements) == 2
-    assert "pg_advisory_xact_lock" in statements[0]
-    assert "INSERT INTO cart" in statements[1]
+    handles = [await _create(database, owner, max_open=3) for _ in range(3)]
+    async with database.transaction() as conn:
+        await CartRepository(conn).delete(owner, handles[1])
+    await _create(database, owner, max_open=3)
+    with pytest.raises(Conflict):
+        await _create(database, owner, max_open=3)
+    assert await _open_carts(database, owner) == 3
+    # Raising the cap frees more slots at once; lowering it below what is open refuses new carts only.
+    assert (await _create(database, owner, max_open=4)).startswith("cart_")
+    with pytest.raises(Conflict):
+        await _create(database, owner, max_open=2)
 
 
 async def test_checked_out_carts_do_not_count_toward_the_open_cart_cap(
@@ -160,3 +181,42 @@ async def test_checked_out_carts_do_not_count_toward_the_open_cart_cap(
         placed = await orders.place(owner, await orders.quote(owner, handle), nonce=secrets.token_urlsafe(16))
     assert isinstance(placed, OrderReceipt)
     assert (await _create(database, owner, max_open=1)).startswith("cart_")
+
+
+def test_the_migration_gives_existing_open_carts_their_slots_oldest_first(admin_database_url: str) -> None:
+    name = f"coatcheck_slots_{uuid.uuid4().hex[:10]}"
+    asyncio.run(_create_database(admin_database_url, name))
+    url = make_url(admin_database_url).set(database=name).render_as_string(hide_password=False)
+
+    async def fill_and_read(before: bool) -> list[tuple[str, str, int | None]]:
+        db = Database.connect(url)
+        try:
+            async with db.transaction() as conn:
+                if before:
+                    await conn.execute(
+                        text(
+                            "INSERT INTO cart (handle, principal_iss, principal_sub, status, created_at) "
+                            "VALUES ('cart_a', 'i', 'alice', 'open', now() - interval '3 s'), "
+                            "('cart_b', 'i', 'alice', 'checked_out', now() - interval '2 s'), "
+                            "('cart_c', 'i', 'alice', 'open', now() - interval '1 s'), "
+                            "('cart_d', 'i', 'bob', 'open', now())"
+                        )
+                    )
+                    return []
+                rows = await conn.execute(text("SELECT handle, status, open_slot FROM cart ORDER BY handle"))
+                return [(handle, status, slot) for handle, status, slot in rows]
+        finally:
+            await db.dispose()
+
+    try:
+        upgrade(url, f"{MIGRATION}-1")
+        asyncio.run(fill_and_read(before=True))
+        upgrade(url)
+        assert asyncio.run(fill_and_read(before=False)) == [
+            ("cart_a", "open", 1),
+            ("cart_b", "checked_out", None),
+            ("cart_c", "open", 2),
+            ("cart_d", "open", 1),
+        ]
+    finally:
+        asyncio.run(_drop_database(admin_database_url, name))

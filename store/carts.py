@@ -3,7 +3,9 @@
 Writes are absolute (a line is *set* to a quantity) and bump the cart's ``version``,
 so a retried call has the effect of one call and concurrent editors can use
 optimistic concurrency. A handle that is malformed, unknown, or owned by someone
-else raises the same :class:`~store.errors.NotFound`.
+else raises the same :class:`~store.errors.NotFound` (``delete`` answers ``False`` for all
+three, so a retried delete succeeds). Creating is capped per principal and can be made
+idempotent with a client-chosen key; listing is by keyset pages (``store/paging.py``).
 """
 
 from dataclasses import dataclass

@@ -32,9 +32,16 @@ async def test_seeding_the_demo_catalog_again_changes_nothing(database: Database
 
 async def test_sku_prefix_matches_come_first_then_other_matches_each_in_sku_order(database: Database) -> None:
     async with database.transaction() as conn:
-        found = await search_products(conn, "S", 20)
-        one = await search_products(conn, "s", 1)
-    # scarf-… starts with "s"; brush-lint and gloves-leather only contain it, so they follow though they sort first.
-    assert [p.sku for p in found.products] == ["scarf-cashmere", "brush-lint", "gloves-leather"]
+        found = await search_products(conn, "H", 20)
+        one = await search_products(conn, "h", 1)
+    # hanger-… and hat-… start with "h"; the others only contain it, so they follow although brush-lint
+    # and gloves-leather sort first.
+    assert [p.sku for p in found.products] == [
+        "hanger-cedar",
+        "hat-beanie",
+        "brush-lint",
+        "gloves-leather",
+        "scarf-cashmere",
+    ]
     assert not found.more
-    assert ([p.sku for p in one.products], one.more) == (["scarf-cashmere"], True)
+    assert ([p.sku for p in one.products], one.more) == (["hanger-cedar"], True)

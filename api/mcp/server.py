@@ -7,6 +7,7 @@ from mcp.server.auth.settings import AuthSettings
 from mcp.server.mcpserver import MCPServer, RequestStateSecurity
 
 from api.auth import JwtVerifier
+from api.mcp.capabilities import AdvertisedCapabilities
 from api.mcp.cursors import CursorSigner
 from api.mcp.tools_carts import register_cart_tools
 from api.mcp.tools_connections import register_connection_tools
@@ -31,6 +32,7 @@ def build_mcp_server(
     settings: Settings, database: Database, verifier: JwtVerifier, *, connections: Connections | None = None
 ) -> MCPServer:
     """The production MCP server: every tool, auth required, requestState sealed under the shared ring."""
+    advertised = AdvertisedCapabilities()
     mcp = MCPServer(
         SERVER_NAME,
         version=SERVER_VERSION,
@@ -46,7 +48,9 @@ def build_mcp_server(
             keys=settings.state_key_ring, ttl=float(settings.request_state_ttl_seconds)
         ),
         log_level=cast(LogLevel, settings.log_level.upper()),
+        middleware=[advertised],
     )
+    advertised.bind(mcp)
     cursors = CursorSigner(settings.state_key_ring)
     register_cart_tools(
         mcp,

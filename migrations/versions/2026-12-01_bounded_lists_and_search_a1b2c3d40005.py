@@ -1,7 +1,7 @@
 """bounded lists, open-cart slots, cart_create idempotency keys, indexed catalog search
 
 Revision ID: a1b2c3d40005
-Revises: a1b2c3d40003
+Revises: a1b2c3d40004
 Create Date: 2026-12-01 09:00:00.000000
 
 The trigram index needs the ``pg_trgm`` extension. Some servers do not ship it (embedded or
@@ -20,7 +20,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError
 
 revision: str = "a1b2c3d40005"
-down_revision: str | None = "a1b2c3d40003"
+down_revision: str | None = "a1b2c3d40004"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

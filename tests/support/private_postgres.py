@@ -55,8 +55,10 @@ class PrivatePostgres:
         return found
 
 
-def _as_postgres(command: list[str]) -> list[str]:
-    return ["runuser", "-u", "postgres", "--", *command] if os.getuid() == 0 else command
+def _run(command: list[str], *, check: bool = True) -> None:
+    # initdb and the server refuse to run as root; CI containers usually are root.
+    as_postgres: dict[str, str] = {"user": "postgres", "group": "postgres"} if os.getuid() == 0 else {}
+    subprocess.run(command, check=check, capture_output=True, **as_postgres)  # type: ignore[call-overload]
 
 
 @contextlib.contextmanager
@@ -67,11 +69,7 @@ def private_postgres() -> Iterator[PrivatePostgres]:
     if os.getuid() == 0:
         shutil.chown(workdir, "postgres")
     port = free_port()
-    subprocess.run(
-        _as_postgres([str(BIN / "initdb"), "-D", str(data), "-U", "postgres", "-A", "trust", "--no-sync"]),
-        check=True,
-        capture_output=True,
-    )
+    _run([str(BIN / "initdb"), "-D", str(data), "-U", "postgres", "-A", "trust", "--no-sync"])
     options = " ".join(
         [
             f"-p {port}",
@@ -82,17 +80,9 @@ def private_postgres() -> Iterator[PrivatePostgres]:
             "-c fsync=off",
         ]
     )
-    subprocess.run(
-        _as_postgres([str(BIN / "pg_ctl"), "-D", str(data), "-l", str(log_path), "-o", options, "-w", "start"]),
-        check=True,
-        capture_output=True,
-    )
+    _run([str(BIN / "pg_ctl"), "-D", str(data), "-l", str(log_path), "-o", options, "-w", "start"])
     try:
         yield PrivatePostgres(url=f"postgresql://postgres@127.0.0.1:{port}/postgres", log_path=log_path)
     finally:
-        subprocess.run(
-            _as_postgres([str(BIN / "pg_ctl"), "-D", str(data), "-m", "immediate", "-w", "stop"]),
-            check=False,
-            capture_output=True,
-        )
+        _run([str(BIN / "pg_ctl"), "-D", str(data), "-m", "immediate", "-w", "stop"], check=False)
         shutil.rmtree(workdir, ignore_errors=True)

@@ -3,9 +3,12 @@
 Nothing is created at import time. Tests build their own app with their own settings.
 """
 
+import asyncio
+import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from datetime import timedelta
 from typing import cast
 
 import httpx2
@@ -15,6 +18,7 @@ from litestar.types import Receive, Scope, Send
 from mcp.server.mcpserver import MCPServer
 
 from api.auth import IssuerMetadata, JwksCache, JwtVerifier
+from api.commands.purge import RetentionPolicy, purge_periodically
 from api.mcp.endpoint import McpEndpoint, transport_security
 from api.mcp.server import build_mcp_server
 from api.oauth.routes import install_access_log_redaction
@@ -54,11 +58,13 @@ def create_app(
     *,
     database: Database | None = None,
     configure_mcp: Callable[[MCPServer], None] | None = None,
+    purge_every: timedelta | None = None,
 ) -> Litestar:
     """Build the Litestar app with the MCP endpoint, OAuth metadata and health routes.
 
     ``database`` lets a caller share an engine it owns (it is then not disposed here);
-    ``configure_mcp`` may register more tools before the server starts.
+    ``configure_mcp`` may register more tools before the server starts; ``purge_every`` runs the
+    retention purge in the background at that interval while the app is up.
     """
     owns_database = database is None
     db = database or database_from(settings)
@@ -113,10 +119,20 @@ def create_app(
     @asynccontextmanager
     async def lifespan(_: Litestar) -> AsyncIterator[None]:
         install_access_log_redaction()  # after the server configured logging: no codes in access lines
+        purger = None
+        if purge_every is not None:
+            # A background task on the app's pool: one short statement at a time, never in a request's way.
+            purger = asyncio.create_task(
+                purge_periodically(db, RetentionPolicy.from_settings(settings), purge_every), name="coatcheck-purge"
+            )
         try:
             async with mcp.session_manager.run():
                 yield
         finally:
+            if purger is not None:
+                purger.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await purger
             await http.aclose()
             if owns_database:
                 await db.dispose()

@@ -85,6 +85,16 @@ class Settings(BaseSettings):
         "(for containers that cannot reach the public issuer URL); tokens must still name OIDC_ISSUER.",
     )
     request_state_ttl_seconds: int = Field(default=600, gt=0, le=86400)
+    audit_retention_days: int = Field(
+        default=90, ge=0, le=36500, description="`coatcheck purge` deletes audit entries older than this; 0 keeps them."
+    )
+    cart_retention_days: int = Field(
+        default=30,
+        ge=0,
+        le=36500,
+        description="`coatcheck purge` deletes carts (open or checked out) not written to for this long; 0 keeps "
+        "them. Orders are never purged.",
+    )
     allowed_hosts: Annotated[list[str], NoDecode] = Field(default_factory=list)
     allowed_origins: Annotated[list[str], NoDecode] = Field(default_factory=list)
     jwt_leeway_seconds: int = Field(default=30, ge=0, le=300)

@@ -62,8 +62,11 @@ def _run(command: list[str], *, check: bool = True) -> None:
 
 
 @contextlib.contextmanager
-def private_postgres() -> Iterator[PrivatePostgres]:
-    """Start a private cluster that logs every statement with its protocol step, and remove it afterwards."""
+def private_postgres(*settings: str) -> Iterator[PrivatePostgres]:
+    """Start a private cluster that logs every statement with its protocol step, and remove it afterwards.
+
+    ``settings`` are extra ``name=value`` server settings.
+    """
     workdir = Path(tempfile.mkdtemp(prefix="coatcheck-pg-"))
     data, log_path = workdir / "data", workdir / "server.log"
     if os.getuid() == 0:
@@ -78,6 +81,7 @@ def private_postgres() -> Iterator[PrivatePostgres]:
             "-c log_min_duration_statement=0",  # every parse/bind/execute and simple query, with its kind
             "-c log_line_prefix='%m [%p] '",
             "-c fsync=off",
+            *(f"-c {setting}" for setting in settings),
         ]
     )
     _run([str(BIN / "pg_ctl"), "-D", str(data), "-l", str(log_path), "-o", options, "-w", "start"])

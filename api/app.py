@@ -9,10 +9,10 @@ import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from datetime import timedelta
-from typing import cast
+from typing import Any, cast
 
 import httpx2
-from litestar import Litestar, Response, get
+from litestar import Litestar, Request, Response, get, route
 from litestar.handlers import asgi
 from litestar.types import Receive, Scope, Send
 from mcp.server.mcpserver import MCPServer
@@ -23,10 +23,21 @@ from api.mcp.endpoint import McpEndpoint, transport_security
 from api.mcp.server import build_mcp_server
 from api.oauth.routes import install_access_log_redaction
 from api.oauth.setup import build_browser_routes, build_connections
+from api.search_health import SearchHealth
 from api.settings import Settings
 from store.db import Database
 
 logger = logging.getLogger(__name__)
+
+
+METADATA_CORS_HEADERS = {"Access-Control-Allow-Origin": "*"}
+# Clients send MCP-Protocol-Version on metadata requests too, which makes them preflighted.
+METADATA_PREFLIGHT_HEADERS = {
+    **METADATA_CORS_HEADERS,
+    "Access-Control-Allow-Methods": "GET",
+    "Access-Control-Allow-Headers": "MCP-Protocol-Version",
+    "Access-Control-Max-Age": "600",
+}
 
 
 def protected_resource_metadata(settings: Settings) -> dict[str, object]:
@@ -90,6 +101,7 @@ def create_app(
         mcp_asgi,  # type: ignore[arg-type]  # a Starlette app is an ASGI app
         body_limit=settings.max_request_body_bytes,
         reject_legacy=settings.legacy_clients == "reject",
+        cors_origins=frozenset(settings.cors_allowed_origins),
     )
 
     @asgi("/mcp", copy_scope=True)
@@ -101,10 +113,16 @@ def create_app(
         await endpoint(cast(Scope, sdk_scope), receive, send)
 
     prm = protected_resource_metadata(settings)
+    search_health = SearchHealth(db)
+    prm_paths = ["/.well-known/oauth-protected-resource/mcp", "/.well-known/oauth-protected-resource"]
 
-    @get(["/.well-known/oauth-protected-resource/mcp", "/.well-known/oauth-protected-resource"], sync_to_thread=False)
-    def oauth_protected_resource() -> dict[str, object]:
-        return prm
+    # Public metadata: any web page may read it (browser MCP clients start OAuth discovery here). One
+    # handler for GET and its preflight: Litestar would otherwise add its own OPTIONS handler, without CORS.
+    @route(prm_paths, http_method=["GET", "OPTIONS"], sync_to_thread=False)
+    def oauth_protected_resource(request: Request[Any, Any, Any]) -> Response[dict[str, object] | None]:
+        if request.method == "OPTIONS":
+            return Response(None, status_code=204, headers=METADATA_PREFLIGHT_HEADERS)
+        return Response(prm, headers=METADATA_CORS_HEADERS)
 
     @get("/healthz", sync_to_thread=False)
     def healthz() -> dict[str, str]:
@@ -113,7 +131,11 @@ def create_app(
     @get("/readyz")
     async def readyz() -> Response[dict[str, str]]:
         if await db.ping(settings.readyz_timeout_seconds):
-            return Response({"status": "ready"}, status_code=200)
+            body = {"status": "ready"}
+            search = await search_health.status()
+            if search is not None:
+                body["catalog_search"] = search
+            return Response(body, status_code=200)
         return Response({"status": "database unreachable"}, status_code=503)
 
     @asynccontextmanager

@@ -146,6 +146,12 @@ def _keys_rotate(_: argparse.Namespace) -> None:
         raise SystemExit(1)
 
 
+def _dev(args: argparse.Namespace) -> None:
+    from api.commands.dev import main as dev_main
+
+    dev_main(args)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point of the ``coatcheck`` console script."""
     parser = argparse.ArgumentParser(prog="coatcheck", description="Coatcheck MCP server")
@@ -170,6 +176,13 @@ def main(argv: list[str] | None = None) -> None:
         "rotate", help="re-encrypt every stored token under the first TOKEN_ENCRYPTION_KEYS key"
     ).set_defaults(run=_keys_rotate)
     purge_command.register(commands)
+    dev = commands.add_parser(
+        "dev", help="DEVELOPMENT ONLY: PostgreSQL, the dev IdP, migrate, seed and serve in one command"
+    )
+    from api.commands.dev import add_arguments as add_dev_arguments
+
+    add_dev_arguments(dev)
+    dev.set_defaults(run=_dev)
     args = parser.parse_args(argv)
     args.run(args)
 

@@ -1,1 +1,1 @@
-"""Operator commands of the ``coatcheck`` CLI, one module each; ``api.cli`` only registers them."""
+"""Operator and developer sub-commands of ``coatcheck``, one module each (registered in ``api.cli``)."""

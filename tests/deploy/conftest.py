@@ -114,6 +114,7 @@ def deployment(admin_database_url: str, tmp_path_factory: pytest.TempPathFactory
                 "PROVIDERS": demo_provider_config(idp.issuer),
                 "DEMO_CLIENT_SECRET": client_secrets[DEMO_CLIENT_ID],
                 "SHUTDOWN_DRAIN_SECONDS": str(DRAIN_SECONDS),
+                "FORWARDED_ALLOW_IPS": "127.0.0.1",  # HAProxy's X-Forwarded-For names the client
                 "DB_POOL_SIZE": str(POOL_SIZE),
                 "DB_MAX_OVERFLOW": str(MAX_OVERFLOW),
             }

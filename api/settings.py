@@ -13,11 +13,13 @@ from pydantic import Field, SecretStr, ValidationError, ValidationInfo, field_va
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from api.oauth.providers import load_providers
+from api.secret_strength import MIN_SECRET_BITS, estimated_entropy_bits
 from store.db import async_database_url
 
 MIN_SECRET_BYTES = 32
 _MIN_DISTINCT_CHARS = 10
 _PLACEHOLDERS = ("change", "secret", "example", "xxxx", "0000", "password")
+_GENERATE_HINT = "generate one with `python -c 'import secrets; print(secrets.token_urlsafe(32))'`"
 
 
 def _split_csv(value: object) -> object:
@@ -26,8 +28,27 @@ def _split_csv(value: object) -> object:
     return value
 
 
+def check_secret_strength(name: str, secret: str) -> None:
+    """Refuse a secret a person could guess: placeholders, repeated or sequential patterns, words.
+
+    Raises:
+        ValueError: naming ``name`` (which may say which key of a ring) and why, never the value.
+    """
+    if len(set(secret)) < _MIN_DISTINCT_CHARS or any(word in secret.lower() for word in _PLACEHOLDERS):
+        raise ValueError(f"{name} looks like a placeholder; {_GENERATE_HINT}")
+    bits = estimated_entropy_bits(secret)
+    if bits < MIN_SECRET_BITS:
+        raise ValueError(
+            f"{name} is too guessable (about {bits:.0f} bits of estimated entropy, {MIN_SECRET_BITS} needed; "
+            f"repeats, sequences and words count for little); {_GENERATE_HINT}"
+        )
+
+
 def check_secret_ring(name: str, raw: str) -> list[bytes]:
     """Split a comma-separated key ring and refuse weak entries.
+
+    Each key needs at least 32 bytes and about 128 bits of estimated entropy
+    (:func:`api.secret_strength.estimated_entropy_bits`).
 
     Raises:
         ValueError: naming ``name`` and the position of the weak key (never its value).
@@ -38,18 +59,27 @@ def check_secret_ring(name: str, raw: str) -> list[bytes]:
     ring: list[bytes] = []
     for position, key in enumerate(keys, start=1):
         encoded = key.encode()
-        lowered = key.lower()
         if len(encoded) < MIN_SECRET_BYTES:
             raise ValueError(f"{name}: key #{position} is shorter than {MIN_SECRET_BYTES} bytes")
-        if len(set(key)) < _MIN_DISTINCT_CHARS or any(word in lowered for word in _PLACEHOLDERS):
-            raise ValueError(
-                f"{name}: key #{position} looks like a placeholder; generate one with "
-                "`python -c 'import secrets; print(secrets.token_urlsafe(32))'`"
-            )
+        check_secret_strength(f"{name}: key #{position}", key)
         ring.append(encoded)
     if len(set(ring)) != len(ring):
         raise ValueError(f"{name} lists the same key twice")
     return ring
+
+
+def check_rings_disjoint(state_ring: list[bytes], token_ring: list[bytes]) -> None:
+    """Refuse a key that is in both rings: a leak of one must not open the other.
+
+    Raises:
+        ValueError: naming both variables and the positions, never the key.
+    """
+    for position, key in enumerate(token_ring, start=1):
+        if key in state_ring:
+            raise ValueError(
+                f"TOKEN_ENCRYPTION_KEYS: key #{position} is also REQUEST_STATE_KEYS key "
+                f"#{state_ring.index(key) + 1}; each ring needs keys of its own"
+            )
 
 
 def _normalise_base_url(name: str, value: str) -> str:
@@ -178,8 +208,11 @@ class Settings(BaseSettings):
 
     @field_validator("token_encryption_keys")
     @classmethod
-    def _token_keys(cls, value: SecretStr) -> SecretStr:
-        check_secret_ring("TOKEN_ENCRYPTION_KEYS", value.get_secret_value())
+    def _token_keys(cls, value: SecretStr, info: ValidationInfo) -> SecretStr:
+        token_ring = check_secret_ring("TOKEN_ENCRYPTION_KEYS", value.get_secret_value())
+        state_keys = info.data.get("request_state_keys")  # absent when it failed its own validation
+        if isinstance(state_keys, SecretStr):
+            check_rings_disjoint(check_secret_ring("REQUEST_STATE_KEYS", state_keys.get_secret_value()), token_ring)
         return value
 
     @field_validator("providers_file", "providers")
@@ -200,6 +233,8 @@ class Settings(BaseSettings):
     def _client_secret(cls, value: SecretStr) -> SecretStr:
         if not value.get_secret_value().strip():
             raise ValueError("OIDC_CLIENT_SECRET is empty")
+        # The identity provider issues this one, so no length rule; only how guessable it is.
+        check_secret_strength("OIDC_CLIENT_SECRET", value.get_secret_value().strip())
         return value
 
     @classmethod

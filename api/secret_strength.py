@@ -4,7 +4,7 @@ Keys are meant to be machine-generated (``secrets.token_urlsafe(32)``: about 256
 charges every character the bits of the alphabet the secret draws from, except where a person's
 habits show, which are charged almost nothing:
 
-* text that repeats earlier text (``abcdefghij`` ×4, ``-correct`` at the end of ``correct…``) costs
+* text that repeats earlier text (``abcdefghij`` four times, ``-correct`` at the end of ``correct…``) costs
   only the few bits that say where the copy starts and how long it is;
 * a run of three or more characters that step by the same small amount (``abcd``, ``9876``,
   ``aaaa``) costs the bits of its first character plus a few;

@@ -4,6 +4,7 @@ Secrets have no defaults. A missing or weak secret stops start-up with a message
 naming the variable; every other setting has a safe default or is derived.
 """
 
+import ipaddress
 import os
 from functools import cached_property
 from typing import Annotated, Literal
@@ -123,7 +124,15 @@ class Settings(BaseSettings):
     db_max_overflow: int = Field(default=10, ge=0)
     readyz_timeout_seconds: float = Field(default=2.0, gt=0)
     mcp_json_response: bool = False
-    log_level: str = "INFO"
+    log_level: str = Field(default="INFO", description="Level of every logger (uvicorn, Litestar, mcp, httpx2, ours).")
+    log_format: Literal["text", "json"] = Field(
+        default="text",
+        description="text: one readable line per record; json: one JSON object per line with request_id, "
+        "tool, outcome, duration_ms and principal (a keyed digest, never the subject) where they apply.",
+    )
+    metrics_enabled: bool = Field(
+        default=False, description="Serve Prometheus metrics at /metrics (no tokens or identities in labels)."
+    )
     legacy_clients: Literal["serve", "reject"] = Field(
         default="serve",
         description="serve: answer 2025-11-25 (initialize handshake) clients statelessly on /mcp; "
@@ -165,10 +174,65 @@ class Settings(BaseSettings):
         description="On SIGTERM, how long in-flight requests may run before they are cancelled.",
     )
 
-    @field_validator("allowed_hosts", "allowed_origins", mode="before")
+    header_read_timeout_seconds: float = Field(
+        default=10.0,
+        gt=0,
+        le=300,
+        description="A request's line and headers must arrive within this time (slow clients get 408).",
+    )
+    body_read_timeout_seconds: float = Field(
+        default=30.0,
+        gt=0,
+        le=600,
+        description="A request's body must arrive within this time after its headers (else 408).",
+    )
+    max_request_header_bytes: int = Field(
+        default=64 * 1024, ge=4096, le=1024 * 1024, description="Largest request line plus headers (else 431)."
+    )
+    keep_alive_timeout_seconds: int = Field(
+        default=5, gt=0, le=300, description="Close a kept-alive connection idle for this long."
+    )
+    max_connections: int = Field(
+        default=1000,
+        gt=0,
+        description="Open connections plus requests in progress per process; requests beyond it get 503.",
+    )
+    forwarded_allow_ips: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="Addresses or networks of the proxies whose X-Forwarded-For/-Proto are believed (or *); "
+        "empty: forwarded headers are ignored and logs show the peer's address.",
+    )
+
+    @field_validator("allowed_hosts", "allowed_origins", "forwarded_allow_ips", mode="before")
     @classmethod
     def _csv(cls, value: object) -> object:
         return _split_csv(value)
+
+    @field_validator("forwarded_allow_ips")
+    @classmethod
+    def _forwarded_allow_ips(cls, value: list[str]) -> list[str]:
+        for entry in value:
+            if entry != "*":
+                try:
+                    ipaddress.ip_network(entry, strict=False)
+                except ValueError:
+                    raise ValueError(
+                        "FORWARDED_ALLOW_IPS must list IP addresses or networks (e.g. 10.0.0.0/8) or be *"
+                    ) from None
+        return value
+
+    @field_validator("log_format", mode="before")
+    @classmethod
+    def _log_format(cls, value: object) -> object:
+        return value.strip().lower() if isinstance(value, str) else value
+
+    @field_validator("log_level")
+    @classmethod
+    def _log_level(cls, value: str) -> str:
+        level = value.strip().upper()
+        if level not in {"DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"}:
+            raise ValueError("LOG_LEVEL must be one of DEBUG, INFO, WARNING, ERROR, CRITICAL")
+        return level
 
     @field_validator("legacy_clients", mode="before")
     @classmethod

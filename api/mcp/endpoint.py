@@ -8,7 +8,9 @@ The SDK speaks the protocol; this wrapper only adds the operator's policy around
   (a body without Content-Length is counted by the SDK against the same limit);
 * with ``LEGACY_CLIENTS=reject``, handshake-era requests get 400 naming the versions served;
 * header values lose surrounding whitespace (RFC 9110 §5.5), which uvicorn's parser keeps and the
-  SDK's ``Mcp-Name``/``Mcp-Method`` comparison would otherwise trip over.
+  SDK's ``Mcp-Name``/``Mcp-Method`` comparison would otherwise trip over;
+* a request with no bearer credentials at all gets a bare ``401`` challenge: RFC 6750 §3.1 says no error
+  code then (the SDK would say ``invalid_token``, which it still does for a token that fails).
 """
 
 import json
@@ -43,6 +45,24 @@ async def _send_jsonrpc_error(
     await send(
         HTTPResponseStartEvent(
             type="http.response.start", status=status, headers=[(b"content-type", b"application/json"), *headers]
+        )
+    )
+    await send(HTTPResponseBodyEvent(type="http.response.body", body=body, more_body=False))
+
+
+def _has_bearer_credentials(scope: Scope) -> bool:
+    authorization = _header(scope, b"authorization")
+    return authorization is not None and authorization.strip()[:7].lower() == "bearer "
+
+
+async def _send_challenge(send: Send, resource_metadata_url: str) -> None:
+    body = json.dumps({"error_description": "Authentication required: send a bearer token"}).encode()
+    challenge = f'Bearer resource_metadata="{resource_metadata_url}"'.encode()
+    await send(
+        HTTPResponseStartEvent(
+            type="http.response.start",
+            status=401,
+            headers=[(b"content-type", b"application/json"), (b"www-authenticate", challenge)],
         )
     )
     await send(HTTPResponseBodyEvent(type="http.response.body", body=body, more_body=False))
@@ -132,10 +152,11 @@ def transport_security(settings: Settings) -> TransportSecuritySettings:
 class McpEndpoint:
     """ASGI wrapper applying the edge policy above, then handing the request to the SDK's app."""
 
-    def __init__(self, sdk_app: ASGIApp, *, body_limit: int, reject_legacy: bool) -> None:
+    def __init__(self, sdk_app: ASGIApp, *, body_limit: int, reject_legacy: bool, resource_metadata_url: str) -> None:
         self._sdk_app = sdk_app
         self._body_limit = body_limit
         self._reject_legacy = reject_legacy
+        self._resource_metadata_url = resource_metadata_url
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope.get("method") != "POST":
@@ -148,6 +169,9 @@ class McpEndpoint:
             return
         if self._reject_legacy and _is_legacy_lane(scope):
             await _refuse_legacy_client(scope, receive, send, self._body_limit)
+            return
+        if not _has_bearer_credentials(scope):
+            await _send_challenge(send, self._resource_metadata_url)
             return
         scope["headers"] = [(name, value.strip(b" \t")) for name, value in scope["headers"]]
         await self._sdk_app(scope, receive, send)

@@ -6,6 +6,7 @@ logged, audited, returned to a tool caller or rendered.
 """
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Literal
@@ -62,6 +63,7 @@ class Connections:
         wait_seconds: float,
         refresh_skew: timedelta,
         transport: httpx2.AsyncBaseTransport | None = None,
+        record_refresh: Callable[[str], None] | None = None,
     ) -> None:
         self.database = database
         self.cipher = cipher
@@ -72,6 +74,7 @@ class Connections:
         self.wait_seconds = wait_seconds
         self.refresh_skew = refresh_skew
         self._transport = transport
+        self._record_refresh = record_refresh
 
     # -- shared -----------------------------------------------------------------------------------
 
@@ -118,12 +121,18 @@ class Connections:
         client = self.client(provider)
 
         async def refresh(refresh_token: str) -> TokenSet:
+            outcome = "failed"
             try:
                 response = await client.refresh(endpoints.token, refresh_token)
+                outcome = "ok"
             except OAuthFailure as exc:
                 if exc.invalid_grant:
+                    outcome = "invalid_grant"
                     raise InvalidGrant from None
                 raise
+            finally:
+                if self._record_refresh is not None:
+                    self._record_refresh(outcome)
             return self._token_set(provider, response, keep_scopes=True)
 
         return await refresh_if_needed(

@@ -9,8 +9,8 @@ subclass of uvicorn's httptools protocol that adds two deadlines and a size cap:
   ``max_header_bytes``;
 * the body must be complete within ``body_timeout`` seconds of the headers.
 
-A request that misses a deadline gets ``408 Request Timeout`` (``431`` for oversized headers) if no
-response has started, and its connection is closed. The app then sees ``http.disconnect``. Hooks are
+A request that misses a deadline gets ``408 Request Timeout`` (``431`` for oversized headers) unless it
+was answered already, and its connection is closed. The app then sees ``http.disconnect``. Hooks are
 uvicorn's own parser callbacks; tests/api/test_http_guard.py proves the behaviour on real sockets, so
 an incompatible uvicorn release fails there.
 """
@@ -59,13 +59,16 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         if self.transport.is_closing():
             return
         logger.info("closed a connection whose request %s did not arrive in time", stage)
-        self._refuse(_TIMEOUT_RESPONSE)
+        self._refuse(_TIMEOUT_RESPONSE, answered=stage == "body" and self.cycle.response_started)
 
-    def _refuse(self, response: bytes) -> None:
+    def _refuse(self, response: bytes, *, answered: bool = False) -> None:
+        """Close the connection, first sending ``response`` unless the request was ``answered`` already.
+
+        An app may answer before reading the body (a 401, a 413); the rest of that body is still read and
+        discarded by uvicorn, so the body deadline also ends such a connection, without a second response.
+        """
         self._refused = True
-        cycle: Any = self.cycle  # None until the first request's headers are complete
-        response_started = cycle is not None and not cycle.response_complete and cycle.response_started
-        if self._request_bytes_seen and not response_started:
+        if self._request_bytes_seen and not answered:
             self.transport.write(response)
         self.transport.close()
 

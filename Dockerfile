@@ -8,7 +8,7 @@ WORKDIR /app
 COPY pyproject.toml constraints.txt README.md ./
 COPY store/__init__.py store/__init__.py
 COPY api/__init__.py api/__init__.py
-RUN pip install -c constraints.txt -e .
+RUN pip install -c constraints.txt -e '.[otlp]'
 
 COPY store store
 COPY api api

@@ -8,12 +8,17 @@ MCP clients; every test also checks that no token, secret or raw subject shows u
 import asyncio
 import contextlib
 import hashlib
+import http.server
 import json
+import os
 import re
+import subprocess
+import sys
+import threading
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, ClassVar
 
 import asyncpg
 import httpx
@@ -364,3 +369,72 @@ async def test_each_tool_call_is_a_span_with_a_child_span_per_database_statement
     assert cart_id not in span_text  # bound values never reach a span
     assert user not in span_text
     _assert_nothing_secret(span_text, *_secrets(server_env))
+
+
+class _Collector(http.server.BaseHTTPRequestHandler):
+    """An OTLP/HTTP trace receiver: keeps every export request it is sent."""
+
+    received: ClassVar[list[bytes]] = []
+
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        if self.path == "/v1/traces":
+            self.received.append(body)
+        self.send_response(200)
+        self.send_header("Content-Type", "application/x-protobuf")
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, format: str, *args: object) -> None:
+        del format, args
+
+
+async def test_spans_reach_an_otlp_collector_over_http(server_env: dict[str, str], devidp: DevIdP, user: str) -> None:
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+    collector = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Collector)
+    threading.Thread(target=collector.serve_forever, daemon=True).start()
+    port = free_port()
+    env = {
+        **server_env,
+        "OTEL_TRACES_EXPORTER": "otlp",
+        "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{collector.server_address[1]}",
+        "OTEL_BSP_SCHEDULE_DELAY": "100",
+        "OTEL_SERVICE_NAME": "coatcheck-otlp-test",
+    }
+    try:
+        with run_server(env, port=port, public_url=f"http://127.0.0.1:{port}") as running:
+            async with _client(devidp, running, user) as client:
+                await client.call_tool("cart_list", {})
+
+            def spans() -> list[tuple[str, str]]:
+                found = []
+                for body in list(_Collector.received):
+                    request = ExportTraceServiceRequest.FromString(body)
+                    for resource_spans in request.resource_spans:
+                        service = next(
+                            a.value.string_value
+                            for a in resource_spans.resource.attributes
+                            if a.key == "service.name"
+                        )
+                        for scope_spans in resource_spans.scope_spans:
+                            found.extend((service, span.name) for span in scope_spans.spans)
+                return found
+
+            wait_until(lambda: ("coatcheck-otlp-test", "tools/call cart_list") in spans(), timeout=15, what="spans")
+    finally:
+        collector.shutdown()
+    assert ("coatcheck-otlp-test", "db SELECT") in spans()
+
+
+def test_an_unknown_trace_exporter_stops_start_up_with_a_clear_error(server_env: dict[str, str]) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "api.cli", "serve", "--port", str(free_port())],
+        env={**os.environ, **server_env, "OTEL_TRACES_EXPORTER": "no-such-exporter"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 2
+    assert "OTEL_TRACES_EXPORTER names 'no-such-exporter', which is not installed" in result.stderr

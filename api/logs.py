@@ -67,9 +67,19 @@ class _RequestContext(logging.Filter):
 class JsonFormatter(logging.Formatter):
     """One JSON object a line: time, level, logger, message, request id and the record's structured fields."""
 
+    _second: tuple[int, str] = (-1, "")  # the last whole second formatted: strftime is most of the cost
+
+    def _timestamp(self, created: float, msecs: float) -> str:
+        whole = int(created)
+        second, text = self._second
+        if second != whole:
+            text = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(whole))
+            self._second = (whole, text)
+        return f"{text}.{int(msecs):03d}Z"
+
     def format(self, record: logging.LogRecord) -> str:
         entry: dict[str, Any] = {
-            "time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + f".{int(record.msecs):03d}Z",
+            "time": self._timestamp(record.created, record.msecs),
             "level": record.levelname,
             "logger": record.name,
             "message": record.getMessage(),

@@ -8,6 +8,7 @@ callers skip the call, so nothing is done per request.
 """
 
 from collections.abc import Iterator
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
@@ -16,6 +17,9 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.pool import Pool, QueuePool
 
 #: Tool latency buckets (seconds): a cached read takes about a millisecond, a slow provider several seconds.
+#: How a tools/call can end (see api.mcp.observer); the last three are errors.
+OUTCOMES = ("ok", "input_required", "tool_error", "protocol_error", "exception")
+ERROR_OUTCOMES = frozenset(OUTCOMES[2:])
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
 
@@ -58,6 +62,7 @@ class Metrics:
     def __init__(self, engine: AsyncEngine | None = None) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         registry = self.registry
+        self._tool_children: dict[tuple[str, str], tuple[Any, Any, Any]] = {}
         self.tool_calls = Counter(
             "coatcheck_tool_calls", "Tool calls finished, by tool and outcome.", ["tool", "outcome"], registry=registry
         )
@@ -99,12 +104,19 @@ class Metrics:
         if engine is not None:
             registry.register(_PoolCollector(engine))
 
-    def record_tool_call(self, tool: str, outcome: str, seconds: float, *, error_kind: str | None = None) -> None:
-        """Count one finished tools/call (``tool`` is a registered tool's name or ``other``)."""
-        self.tool_calls.labels(tool, outcome).inc()
-        self.tool_duration.labels(tool).observe(seconds)
-        if error_kind is not None:
-            self.tool_errors.labels(tool, error_kind).inc()
+    def record_tool_call(self, tool: str, outcome: str, seconds: float) -> None:
+        """Count one finished tools/call (``tool`` is a registered tool's name or ``other``; ``outcome`` one of
+        :data:`OUTCOMES`, the last three of which also count as errors)."""
+        children = self._tool_children.get((tool, outcome))
+        if children is None:  # labels() costs a lock and a lookup per call; the set of pairs is small and closed
+            errors = self.tool_errors.labels(tool, outcome) if outcome in ERROR_OUTCOMES else None
+            children = (self.tool_calls.labels(tool, outcome), self.tool_duration.labels(tool), errors)
+            self._tool_children[(tool, outcome)] = children
+        calls, duration, errors = children
+        calls.inc()
+        duration.observe(seconds)
+        if errors is not None:
+            errors.inc()
 
     def record_round_started(self, tool: str) -> None:
         """A tool answered ``input_required``: a round trip to the client began."""

@@ -85,21 +85,24 @@ class ToolCallObserver:
             self._observe(ctx, tool, outcome, time.perf_counter() - started)
 
     def _observe(self, ctx: ServerRequestContext[Any, Any], tool: str, outcome: str, seconds: float) -> None:
-        params = ctx.params or {}
-        retried = bool(params.get("requestState") or params.get("inputResponses"))
-        principal = self._principal()
         metrics = self._metrics
         if metrics is not None:
-            error_kind = outcome if outcome in {"tool_error", "protocol_error", "exception"} else None
-            metrics.record_tool_call(tool, outcome, seconds, error_kind=error_kind)
+            params = ctx.params or {}
+            retried = bool(params.get("requestState") or params.get("inputResponses"))
+            metrics.record_tool_call(tool, outcome, seconds)
             if outcome == "input_required":
                 metrics.record_round_started(tool)
             elif outcome == "ok" and retried:
                 metrics.record_round_completed(tool)
         span = trace.get_current_span()
-        if principal is not None and span.is_recording():
+        recording = span.is_recording()
+        logging_calls = logger.isEnabledFor(logging.INFO)
+        if not (recording or logging_calls):
+            return
+        principal = self._principal()
+        if principal is not None and recording:
             span.set_attribute(_PRINCIPAL_ATTRIBUTE, principal)
-        if logger.isEnabledFor(logging.INFO):
+        if logging_calls:
             duration_ms = round(seconds * 1000, 1)
             logger.info(
                 "tools/call %s %s in %.1f ms (principal %s)",

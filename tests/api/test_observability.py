@@ -198,15 +198,18 @@ async def test_the_principal_digest_differs_between_users_and_is_keyed(
         assert unkeyed[:16] not in digests  # a dictionary of likely subjects does not reveal who it is
 
 
-def test_log_level_warning_silences_info_from_every_logger(server_env: dict[str, str]) -> None:
+async def test_log_level_warning_silences_info_from_every_logger(
+    server_env: dict[str, str], devidp: DevIdP, user: str
+) -> None:
     port = free_port()
     env = {**server_env, "LOG_LEVEL": "WARNING"}
-    with run_server(env, port=port, public_url=f"http://127.0.0.1:{port}") as running, httpx.Client() as http:
-        # A bearer token makes the verifier fetch the issuer's keys through httpx2, which logs at INFO.
-        post(http, running.mcp_url, "tools/list", token="eyJhbGciOiJSUzI1NiIsImtpZCI6Im5vIn0.e30.x")
-        post(http, running.mcp_url, "tools/list")
+    with run_server(env, port=port, public_url=f"http://127.0.0.1:{port}") as running:
+        # A failing tool call makes the SDK's logger say so at INFO; the request itself is an INFO access line.
+        async with _client(devidp, running, user) as client:
+            failed = await client.call_tool("cart_view", {"cart_id": "cart_nope"})
         log = running.log_text()
-    assert " INFO " not in log, log[-3000:]
+    assert failed.is_error
+    assert not re.search(r"\bINFO\b", log), log[-3000:]
 
 
 # --- metrics ---------------------------------------------------------------------------------------------------

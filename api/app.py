@@ -3,13 +3,16 @@
 Nothing is created at import time. Tests build their own app with their own settings.
 """
 
+import asyncio
+import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from typing import cast
+from datetime import timedelta
+from typing import Any, cast
 
 import httpx2
-from litestar import Litestar, Response, get
+from litestar import Litestar, Request, Response, get, route
 from litestar.handlers import BaseRouteHandler, asgi
 from litestar.types import Receive, Scope, Send
 from mcp.server.mcpserver import MCPServer
@@ -17,6 +20,7 @@ from opentelemetry.trace import TracerProvider
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from api.auth import IssuerMetadata, JwksCache, JwtVerifier
+from api.commands.purge import RetentionPolicy, purge_periodically
 from api.logs import install_access_log_redaction, principal_digest_key
 from api.mcp.endpoint import McpEndpoint, transport_security
 from api.mcp.observer import ToolCallObserver
@@ -24,11 +28,22 @@ from api.mcp.server import build_mcp_server
 from api.metrics import Metrics
 from api.oauth.setup import build_browser_routes, build_connections
 from api.request_id import request_id_middleware
+from api.search_health import SearchHealth
 from api.settings import Settings
 from api.tracing import trace_statements
 from store.db import Database
 
 logger = logging.getLogger(__name__)
+
+
+METADATA_CORS_HEADERS = {"Access-Control-Allow-Origin": "*"}
+# Clients send MCP-Protocol-Version on metadata requests too, which makes them preflighted.
+METADATA_PREFLIGHT_HEADERS = {
+    **METADATA_CORS_HEADERS,
+    "Access-Control-Allow-Methods": "GET",
+    "Access-Control-Allow-Headers": "MCP-Protocol-Version",
+    "Access-Control-Max-Age": "600",
+}
 
 
 def protected_resource_metadata(settings: Settings) -> dict[str, object]:
@@ -42,23 +57,36 @@ def protected_resource_metadata(settings: Settings) -> dict[str, object]:
     }
 
 
+def database_from(settings: Settings) -> Database:
+    """The database handle the server uses: pool, timeouts and pooler mode from ``settings``."""
+    return Database.connect(
+        settings.database_url,
+        pool_size=settings.db_pool_size,
+        max_overflow=settings.db_max_overflow,
+        pool_timeout=settings.db_pool_timeout_seconds,
+        statement_timeout_ms=settings.db_statement_timeout_ms,
+        lock_timeout_ms=settings.db_lock_timeout_ms,
+        pooler_mode=settings.db_pooler_mode,
+    )
+
+
 def create_app(
     settings: Settings,
     *,
     database: Database | None = None,
     configure_mcp: Callable[[MCPServer], None] | None = None,
+    purge_every: timedelta | None = None,
     tracer_provider: TracerProvider | None = None,
 ) -> Litestar:
     """Build the Litestar app with the MCP endpoint, OAuth metadata and health routes.
 
     ``database`` lets a caller share an engine it owns (it is then not disposed here);
-    ``configure_mcp`` may register more tools before the server starts; ``tracer_provider``
+    ``configure_mcp`` may register more tools before the server starts; ``purge_every`` runs the
+    retention purge in the background at that interval while the app is up; ``tracer_provider``
     (from :func:`api.tracing.configure_tracing`) adds a span per database statement.
     """
     owns_database = database is None
-    db = database or Database.connect(
-        settings.database_url, pool_size=settings.db_pool_size, max_overflow=settings.db_max_overflow
-    )
+    db = database or database_from(settings)
     # Observability: a registry of this app's own (none at import time); spans only when tracing is on.
     metrics = Metrics(db.engine) if settings.metrics_enabled else None
     if tracer_provider is not None:
@@ -91,6 +119,7 @@ def create_app(
         body_limit=settings.max_request_body_bytes,
         reject_legacy=settings.legacy_clients == "reject",
         resource_metadata_url=f"{settings.public_url}/.well-known/oauth-protected-resource/mcp",
+        cors_origins=frozenset(settings.cors_allowed_origins),
     )
 
     @asgi("/mcp", copy_scope=True)
@@ -102,10 +131,16 @@ def create_app(
         await endpoint(cast(Scope, sdk_scope), receive, send)
 
     prm = protected_resource_metadata(settings)
+    search_health = SearchHealth(db)
+    prm_paths = ["/.well-known/oauth-protected-resource/mcp", "/.well-known/oauth-protected-resource"]
 
-    @get(["/.well-known/oauth-protected-resource/mcp", "/.well-known/oauth-protected-resource"], sync_to_thread=False)
-    def oauth_protected_resource() -> dict[str, object]:
-        return prm
+    # Public metadata: any web page may read it (browser MCP clients start OAuth discovery here). One
+    # handler for GET and its preflight: Litestar would otherwise add its own OPTIONS handler, without CORS.
+    @route(prm_paths, http_method=["GET", "OPTIONS"], sync_to_thread=False)
+    def oauth_protected_resource(request: Request[Any, Any, Any]) -> Response[dict[str, object] | None]:
+        if request.method == "OPTIONS":
+            return Response(None, status_code=204, headers=METADATA_PREFLIGHT_HEADERS)
+        return Response(prm, headers=METADATA_CORS_HEADERS)
 
     @get("/healthz", sync_to_thread=False)
     def healthz() -> dict[str, str]:
@@ -114,7 +149,11 @@ def create_app(
     @get("/readyz")
     async def readyz() -> Response[dict[str, str]]:
         if await db.ping(settings.readyz_timeout_seconds):
-            return Response({"status": "ready"}, status_code=200)
+            body = {"status": "ready"}
+            search = await search_health.status()
+            if search is not None:
+                body["catalog_search"] = search
+            return Response(body, status_code=200)
         return Response({"status": "database unreachable"}, status_code=503)
 
     observability: list[BaseRouteHandler] = []
@@ -129,10 +168,26 @@ def create_app(
     @asynccontextmanager
     async def lifespan(_: Litestar) -> AsyncIterator[None]:
         install_access_log_redaction()  # after the server configured logging: no codes in access lines
+        purger = None
+        if purge_every is not None:
+            # A background task on the app's pool: one short statement at a time, never in a request's way.
+            purger = asyncio.create_task(
+                purge_periodically(
+                    db,
+                    RetentionPolicy.from_settings(settings),
+                    purge_every,
+                    on_purged=metrics.record_purged if metrics is not None else None,
+                ),
+                name="coatcheck-purge",
+            )
         try:
             async with mcp.session_manager.run():
                 yield
         finally:
+            if purger is not None:
+                purger.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await purger
             await http.aclose()
             if owns_database:
                 await db.dispose()

@@ -10,7 +10,7 @@ from functools import cached_property
 from typing import Annotated, Literal
 from urllib.parse import urlsplit
 
-from pydantic import Field, SecretStr, ValidationError, ValidationInfo, field_validator
+from pydantic import Field, SecretStr, ValidationError, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from api.oauth.providers import load_providers
@@ -116,12 +116,65 @@ class Settings(BaseSettings):
         "(for containers that cannot reach the public issuer URL); tokens must still name OIDC_ISSUER.",
     )
     request_state_ttl_seconds: int = Field(default=600, gt=0, le=86400)
+    audit_retention_days: int = Field(
+        default=90, ge=0, le=36500, description="`coatcheck purge` deletes audit entries older than this; 0 keeps them."
+    )
+    cart_retention_days: int = Field(
+        default=30,
+        ge=0,
+        le=36500,
+        description="`coatcheck purge` deletes carts (open or checked out) not written to for this long; 0 keeps "
+        "them. Orders are never purged.",
+    )
     allowed_hosts: Annotated[list[str], NoDecode] = Field(default_factory=list)
     allowed_origins: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    cors_allowed_origins: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="Browser origins (scheme://host[:port]) whose web pages may call /mcp cross-origin: they pass "
+        "the Origin check and get CORS headers. No wildcard: list each origin.",
+    )
     jwt_leeway_seconds: int = Field(default=30, ge=0, le=300)
     jwks_cache_seconds: int = Field(default=600, gt=0)
-    db_pool_size: int = Field(default=10, gt=0)
-    db_max_overflow: int = Field(default=10, ge=0)
+    db_pool_size: int = Field(
+        default=10,
+        gt=0,
+        le=1000,
+        description="Database connections per process, opened on demand and kept (see the README's connection budget).",
+    )
+    db_max_overflow: int = Field(
+        default=0,
+        ge=0,
+        le=1000,
+        description="Extra connections beyond DB_POOL_SIZE, opened and closed per call: leave 0, raise DB_POOL_SIZE.",
+    )
+    db_pool_timeout_seconds: float = Field(
+        default=5.0,
+        gt=0,
+        le=60,
+        description="How long a call waits for a free pooled connection before it fails with a 'server is busy' "
+        "tool error.",
+    )
+    db_statement_timeout_ms: int = Field(
+        default=15000, gt=0, le=3_600_000, description="PostgreSQL statement_timeout for every application statement."
+    )
+    db_lock_timeout_ms: int = Field(
+        default=5000,
+        gt=0,
+        le=3_600_000,
+        description="PostgreSQL lock_timeout for every application statement; must be below DB_STATEMENT_TIMEOUT_MS.",
+    )
+    db_pooler_mode: Literal["none", "transaction"] = Field(
+        default="none",
+        description="none: direct PostgreSQL or PgBouncer >= 1.21 with max_prepared_statements (one round trip, "
+        "statement caches on); transaction: transaction poolers without prepared-statement tracking, e.g. "
+        "PgBouncer 1.18 (no statement caches, an explicit transaction around every statement).",
+    )
+    max_cart_lines: int = Field(
+        default=100,
+        gt=0,
+        le=10000,
+        description="Most lines (distinct products) one cart may hold; cart_set_item refuses a new line beyond it.",
+    )
     readyz_timeout_seconds: float = Field(default=2.0, gt=0)
     mcp_json_response: bool = False
     log_level: str = Field(default="INFO", description="Level of every logger (uvicorn, Litestar, mcp, httpx2, ours).")
@@ -167,6 +220,18 @@ class Settings(BaseSettings):
     token_refresh_skew_seconds: int = Field(
         default=60, ge=0, le=3600, description="Refresh a stored access token this long before it expires."
     )
+    max_open_carts: int = Field(
+        default=100,
+        ge=1,
+        le=100_000,
+        description="Open carts one user may have at once; cart_create beyond it is refused (say what to do).",
+    )
+    idempotency_key_ttl_seconds: int = Field(
+        default=86400,
+        ge=60,
+        le=30 * 86400,
+        description="How long a cart_create idempotency_key returns the cart it created; later it is a new key.",
+    )
     shutdown_timeout_seconds: int = Field(
         default=10,
         gt=0,
@@ -203,7 +268,7 @@ class Settings(BaseSettings):
         "empty: forwarded headers are ignored and logs show the peer's address.",
     )
 
-    @field_validator("allowed_hosts", "allowed_origins", "forwarded_allow_ips", mode="before")
+    @field_validator("allowed_hosts", "allowed_origins", "cors_allowed_origins", "forwarded_allow_ips", mode="before")
     @classmethod
     def _csv(cls, value: object) -> object:
         return _split_csv(value)
@@ -221,11 +286,6 @@ class Settings(BaseSettings):
                     ) from None
         return value
 
-    @field_validator("log_format", mode="before")
-    @classmethod
-    def _log_format(cls, value: object) -> object:
-        return value.strip().lower() if isinstance(value, str) else value
-
     @field_validator("log_level")
     @classmethod
     def _log_level(cls, value: str) -> str:
@@ -234,10 +294,40 @@ class Settings(BaseSettings):
             raise ValueError("LOG_LEVEL must be one of DEBUG, INFO, WARNING, ERROR, CRITICAL")
         return level
 
-    @field_validator("legacy_clients", mode="before")
+    @field_validator("cors_allowed_origins")
     @classmethod
-    def _legacy_clients(cls, value: object) -> object:
+    def _cors_origins(cls, value: list[str]) -> list[str]:
+        origins = []
+        for position, origin in enumerate(value, start=1):
+            parts = urlsplit(origin)
+            if (
+                parts.scheme not in {"http", "https"}
+                or not parts.hostname
+                or parts.path not in {"", "/"}
+                or parts.query
+                or parts.fragment
+            ):
+                raise ValueError(
+                    f"CORS_ALLOWED_ORIGINS: entry #{position} is not an origin: write scheme://host[:port] "
+                    "(e.g. https://app.example.com), no path and no wildcard"
+                )
+            # Browsers send the origin in this serialisation: lower-case scheme and host, no trailing slash.
+            origins.append(f"{parts.scheme.lower()}://{parts.netloc.lower()}")
+        return origins
+
+    @field_validator("legacy_clients", "db_pooler_mode", "log_format", mode="before")
+    @classmethod
+    def _lowercase_choice(cls, value: object) -> object:
         return value.strip().lower() if isinstance(value, str) else value
+
+    @model_validator(mode="after")
+    def _lock_wait_below_statement_timeout(self) -> "Settings":
+        if self.db_lock_timeout_ms >= self.db_statement_timeout_ms:
+            raise ValueError(
+                f"DB_LOCK_TIMEOUT_MS ({self.db_lock_timeout_ms}) must be below DB_STATEMENT_TIMEOUT_MS "
+                f"({self.db_statement_timeout_ms}), so a lock wait fails as a lock wait"
+            )
+        return self
 
     @field_validator("database_url")
     @classmethod
@@ -333,10 +423,11 @@ class SettingsError(Exception):
         """Render pydantic's errors without echoing any submitted value."""
         lines = []
         for error in exc.errors():
-            variable = str(error["loc"][0]).upper() if error["loc"] else "?"
+            variable = str(error["loc"][0]).upper() if error["loc"] else ""
             if error["type"] == "missing":
                 lines.append(f"{variable} is not set")
             else:
                 message = str(error.get("msg", "invalid")).removeprefix("Value error, ")
-                lines.append(message if message.startswith(variable) else f"{variable}: {message}")
+                # A check across several variables (no loc) names them in its own message.
+                lines.append(message if not variable or message.startswith(variable) else f"{variable}: {message}")
         return cls("invalid configuration:\n  " + "\n  ".join(lines))

@@ -3,26 +3,42 @@
 Writes are absolute (a line is *set* to a quantity) and bump the cart's ``version``,
 so a retried call has the effect of one call and concurrent editors can use
 optimistic concurrency. A handle that is malformed, unknown, or owned by someone
-else raises the same :class:`~store.errors.NotFound`.
+else raises the same :class:`~store.errors.NotFound` (``delete`` answers ``False`` for all
+three, so a retried delete succeeds). Creating is capped per principal and can be made
+idempotent with a client-chosen key; listing is by keyset pages (``store/paging.py``).
 """
 
 from dataclasses import dataclass
-from datetime import datetime
-from typing import NoReturn
+from datetime import datetime, timedelta
+from typing import Any
 
-from sqlalchemy import bindparam, delete, exists, func, insert, literal, select, update
-from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy import (
+    Select,
+    bindparam,
+    delete,
+    func,
+    select,
+    text,
+    true,
+    tuple_,
+)
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from store.errors import Conflict, InvalidInput, NotFound
 from store.handles import is_well_formed, new_handle
 from store.lines import PricedLine
 from store.models import Cart, CartItem, Product, table_of
+from store.paging import DEFAULT_PAGE_SIZE, Page, Position, page_of
 from store.principal import Principal
 from store.scoping import owned_by, principal_params
 
 CART_PREFIX = "cart"
 MAX_QUANTITY = 999
+DEFAULT_MAX_OPEN_CARTS = 100
+DEFAULT_IDEMPOTENCY_KEY_TTL = timedelta(hours=24)
+MAX_CART_LINES = 100
+# A write that loses a compare-and-swap to a concurrent writer re-reads and tries again this often.
+_WRITE_ATTEMPTS = 10
 
 _cart = table_of(Cart)
 _item = table_of(CartItem)
@@ -74,29 +90,168 @@ _VIEW = (
     .where(_cart.c.handle == bindparam("p_handle"), _OWNED)
     .order_by(_item.c.sku)
 )
-_BUMP = (
-    update(_cart)
-    .where(_cart.c.handle == bindparam("p_handle"), _OWNED, _cart.c.status == "open")
-    .values(version=_cart.c.version + 1, updated_at=func.now())
-    .returning(_cart.c.id)
+# cart_set_item in one statement (autocommit: one round trip). Every sub-statement sees the snapshot
+# taken when the statement starts, so the reply is assembled from that snapshot (the other lines) plus
+# the line being written. The version bump is a compare-and-swap on the version read in the same
+# snapshot: if a concurrent writer committed after the snapshot (the UPDATE then waited for the row
+# lock), the recheck fails, nothing is written, and set_item reads again. So what the checks and the
+# reply saw is exactly the cart the write applied to. The checks cost O(1) in the number of lines:
+# one other line's currency stands for all (every write keeps a cart to one currency), the line being
+# set is found by its primary key, and the cap counts the lines the reply lists anyway.
+_SET_ITEM = text(
+    """
+WITH args AS (
+    SELECT CAST(:p_handle AS varchar) AS handle, CAST(:p_iss AS text) AS iss, CAST(:p_sub AS text) AS sub,
+           CAST(:p_sku AS varchar) AS sku, CAST(:p_quantity AS integer) AS quantity,
+           CAST(:p_expected AS integer) AS expected, CAST(:p_max_lines AS integer) AS max_lines
+), target AS (
+    SELECT cart.id, cart.version, cart.status FROM cart, args
+    WHERE cart.handle = args.handle AND cart.principal_iss = args.iss AND cart.principal_sub = args.sub
+), chosen AS (
+    SELECT product.sku, product.name, product.unit_price_cents, product.currency
+    FROM product, args WHERE product.sku = args.sku
+), others AS (
+    SELECT item.sku, product.name, item.quantity, product.unit_price_cents, product.currency
+    FROM target
+    JOIN cart_item AS item ON item.cart_id = target.id
+    JOIN product ON product.sku = item.sku
+    CROSS JOIN args
+    WHERE item.sku <> args.sku
+), allowed AS (
+    SELECT target.id, target.version FROM target, chosen, args
+    WHERE target.status = 'open'
+      AND (args.expected IS NULL OR target.version = args.expected)
+      AND (args.quantity = 0 OR NOT EXISTS (
+            SELECT FROM (SELECT currency FROM others LIMIT 1) AS one_other WHERE one_other.currency <> chosen.currency))
+      AND (args.quantity = 0
+           OR EXISTS (SELECT FROM cart_item WHERE cart_item.cart_id = target.id AND cart_item.sku = args.sku)
+           OR (SELECT count(*) FROM others) < args.max_lines)
+), bumped AS (
+    UPDATE cart SET version = cart.version + 1, updated_at = now()
+    FROM allowed WHERE cart.id = allowed.id AND cart.version = allowed.version
+    RETURNING cart.id, cart.version
+), upserted AS (
+    INSERT INTO cart_item (cart_id, sku, quantity)
+    SELECT bumped.id, args.sku, args.quantity FROM bumped, args WHERE args.quantity > 0
+    ON CONFLICT (cart_id, sku) DO UPDATE SET quantity = excluded.quantity
+    RETURNING cart_id
+), removed AS (
+    DELETE FROM cart_item USING bumped, args
+    WHERE cart_item.cart_id = bumped.id AND cart_item.sku = args.sku AND args.quantity = 0
+    RETURNING cart_item.cart_id
 )
-_BUMP_IF_VERSION = _BUMP.where(_cart.c.version == bindparam("p_expected"))
-_STATUS = select(_cart.c.status, _cart.c.version).where(_cart.c.handle == bindparam("p_handle"), _OWNED)
-_LIST = (
-    select(
-        _cart.c.handle,
-        _cart.c.version,
-        _cart.c.status,
-        func.count(_item.c.sku),
-        func.coalesce(func.sum(_item.c.quantity), 0),
-        func.coalesce(func.sum(_item.c.quantity * _product.c.unit_price_cents), 0),
-        func.min(_product.c.currency),
-        _cart.c.created_at,
-    )
-    .select_from(_CART_LINES)
+SELECT bumped.version, line.sku, line.name, line.quantity, line.unit_price_cents, line.currency
+FROM bumped LEFT JOIN (
+    SELECT sku, name, quantity, unit_price_cents, currency FROM others
+    UNION ALL
+    SELECT chosen.sku, chosen.name, args.quantity, chosen.unit_price_cents, chosen.currency
+    FROM chosen, args WHERE args.quantity > 0
+) AS line ON true
+ORDER BY line.sku
+"""
+)
+# Only after a refused write: why it was refused, as the cart is now.
+_WHY_NOT_SET = text(
+    """
+WITH chosen AS (SELECT sku, currency FROM product WHERE sku = CAST(:p_sku AS varchar))
+SELECT cart.status, cart.version,
+       EXISTS (SELECT FROM chosen) AS known,
+       EXISTS (SELECT FROM cart_item AS item JOIN product ON product.sku = item.sku, chosen
+               WHERE item.cart_id = cart.id AND item.sku <> chosen.sku AND product.currency <> chosen.currency)
+           AS mixed_currency,
+       EXISTS (SELECT FROM cart_item WHERE cart_item.cart_id = cart.id AND cart_item.sku = CAST(:p_sku AS varchar))
+           AS has_line,
+       (SELECT count(*) FROM cart_item WHERE cart_item.cart_id = cart.id) AS line_count
+FROM cart
+WHERE cart.handle = CAST(:p_handle AS varchar)
+  AND cart.principal_iss = CAST(:p_iss AS text) AND cart.principal_sub = CAST(:p_sub AS text)
+"""
+)
+# One page of the principal's carts (keyset on the index (iss, sub, created_at, handle)), then the
+# counts and totals of just those carts: the cost is one index range of limit + 1 entries plus their lines.
+_PAGE = (
+    select(_cart.c.id, _cart.c.handle, _cart.c.version, _cart.c.status, _cart.c.created_at)
     .where(_OWNED)
-    .group_by(_cart.c.id)
-    .order_by(_cart.c.created_at.desc(), _cart.c.id.desc())
+    .order_by(_cart.c.created_at.desc(), _cart.c.handle.desc())
+    .limit(bindparam("p_limit"))
+)
+_PAGE_AFTER = _PAGE.where(
+    tuple_(_cart.c.created_at, _cart.c.handle) < tuple_(bindparam("p_after_at"), bindparam("p_after_handle"))
+)
+
+
+def _list_of(page: Select[Any]) -> Select[Any]:
+    listed = page.cte("listed")
+    totals = (
+        select(
+            func.count(_item.c.sku).label("line_count"),
+            func.coalesce(func.sum(_item.c.quantity), 0).label("item_count"),
+            func.coalesce(func.sum(_item.c.quantity * _product.c.unit_price_cents), 0).label("total_cents"),
+            func.min(_product.c.currency).label("currency"),
+        )
+        .select_from(_item.join(_product, _product.c.sku == _item.c.sku))
+        .where(_item.c.cart_id == listed.c.id)
+        .lateral("totals")
+    )
+    return (
+        select(
+            listed.c.handle,
+            listed.c.version,
+            listed.c.status,
+            totals.c.line_count,
+            totals.c.item_count,
+            totals.c.total_cents,
+            totals.c.currency,
+            listed.c.created_at,
+        )
+        .select_from(listed.join(totals, true()))
+        .order_by(listed.c.created_at.desc(), listed.c.handle.desc())
+    )
+
+
+_LIST = _list_of(_PAGE)
+_LIST_AFTER = _list_of(_PAGE_AFTER)
+# cart_create in one statement (autocommit: one round trip). An open cart holds one of its owner's
+# MAX_OPEN_CARTS numbered slots, and a unique index over the open carts' slots (uq_cart_open_slot, partial
+# on status = 'open', so checking out or deleting a cart frees its slot) is what enforces the cap: two
+# concurrent creates that pick the same free slot cannot both commit, and the loser, after DO NOTHING,
+# tries again on a fresh snapshot. With no free slot the cap is reached. The idempotency key is unique
+# per principal too (uq_cart_idempotency_key), so racing retries of one key make one cart.
+_CREATE = text(
+    """
+WITH args AS (
+    SELECT CAST(:p_iss AS text) AS iss, CAST(:p_sub AS text) AS sub, CAST(:p_handle AS varchar) AS handle,
+           CAST(:p_key AS varchar) AS key, CAST(:p_ttl AS interval) AS ttl, CAST(:p_max_open AS integer) AS max_open
+), reused AS (
+    SELECT cart.handle FROM cart, args
+    WHERE cart.principal_iss = args.iss AND cart.principal_sub = args.sub
+      AND cart.idempotency_key = args.key AND cart.created_at > now() - args.ttl
+), free_slot AS (
+    SELECT slot FROM args, generate_series(1, args.max_open) AS slot
+    WHERE NOT EXISTS (
+        SELECT FROM cart
+        WHERE cart.principal_iss = args.iss AND cart.principal_sub = args.sub
+          AND cart.status = 'open' AND cart.open_slot = slot)
+    ORDER BY slot
+    LIMIT 1
+), created AS (
+    INSERT INTO cart (handle, principal_iss, principal_sub, idempotency_key, open_slot)
+    SELECT args.handle, args.iss, args.sub, args.key, free_slot.slot FROM args, free_slot
+    WHERE NOT EXISTS (SELECT FROM reused)
+    ON CONFLICT DO NOTHING
+    RETURNING cart.handle
+)
+SELECT (SELECT handle FROM reused) AS reused, (SELECT handle FROM created) AS created,
+       EXISTS (SELECT FROM free_slot) AS below_cap
+"""
+)
+# Only after a create lost a race or hit an expired key: a key past its TTL no longer names its cart.
+_FORGET_EXPIRED_KEY = text(
+    """
+UPDATE cart SET idempotency_key = NULL
+WHERE principal_iss = CAST(:p_iss AS text) AND principal_sub = CAST(:p_sub AS text)
+  AND idempotency_key = CAST(:p_key AS varchar) AND created_at <= now() - CAST(:p_ttl AS interval)
+"""
 )
 _DELETE = delete(_cart).where(_cart.c.handle == bindparam("p_handle"), _OWNED).returning(_cart.c.id)
 
@@ -107,13 +262,44 @@ class CartRepository:
     def __init__(self, conn: AsyncConnection) -> None:
         self._conn = conn
 
-    async def create(self, principal: Principal) -> str:
-        """Create an empty open cart and return its handle."""
-        handle = new_handle(CART_PREFIX)
-        await self._conn.execute(
-            insert(_cart).values(handle=handle, principal_iss=principal.issuer, principal_sub=principal.subject)
-        )
-        return handle
+    async def create(
+        self,
+        principal: Principal,
+        *,
+        idempotency_key: str | None = None,
+        max_open: int = DEFAULT_MAX_OPEN_CARTS,
+        key_ttl: timedelta = DEFAULT_IDEMPOTENCY_KEY_TTL,
+    ) -> str:
+        """Create an empty open cart and return its handle: one statement, safe in autocommit.
+
+        With ``idempotency_key``, the cart this principal created with the same key within ``key_ttl``
+        (and has not deleted) is returned instead of a new one, so a retried create makes one cart.
+
+        Raises:
+            Conflict: the principal already has ``max_open`` open carts, or too many creates raced.
+        """
+        params: dict[str, object] = {
+            **principal_params(principal),
+            "p_handle": new_handle(CART_PREFIX),
+            "p_key": idempotency_key,
+            "p_ttl": key_ttl,
+            "p_max_open": max_open,
+        }
+        for _ in range(_WRITE_ATTEMPTS):
+            reused, created, below_cap = (await self._conn.execute(_CREATE, params)).one()
+            if reused is not None:
+                return str(reused)
+            if created is not None:
+                return str(created)
+            if not below_cap:
+                raise Conflict(
+                    f"you already have {max_open} open carts, the most allowed; check out or delete one "
+                    "(cart_list shows them, cart_delete removes one) before creating another"
+                )
+            # Lost a race for the slot or the key (the next try sees the winner), or the key had expired.
+            if idempotency_key is not None:
+                await self._conn.execute(_FORGET_EXPIRED_KEY, params)
+        raise Conflict("too many carts are being created at once; call cart_list, then retry")
 
     async def view(self, principal: Principal, handle: str) -> CartView:
         """The cart with its lines, in one query.
@@ -143,79 +329,100 @@ class CartRepository:
         )
 
     async def set_item(
-        self, principal: Principal, handle: str, sku: str, quantity: int, expected_version: int | None = None
+        self,
+        principal: Principal,
+        handle: str,
+        sku: str,
+        quantity: int,
+        expected_version: int | None = None,
+        *,
+        max_lines: int = MAX_CART_LINES,
     ) -> CartView:
         """Set the line for ``sku`` to ``quantity`` (0 removes it) and return the updated cart.
 
-        The version bump takes the row lock first, so concurrent writers to one cart serialise.
+        One statement: the version bump (which takes the cart's row lock, so concurrent writers
+        serialise), the checks, the upsert or removal and the reply. A refused write costs one more
+        query to say why; a write that lost a race with a concurrent writer is tried again.
 
         Raises:
             NotFound: the handle names no cart of this principal.
             Conflict: the cart is checked out, or its version is not ``expected_version``.
-            InvalidInput: unknown sku, quantity out of range, or a currency other than the cart's.
+            InvalidInput: unknown sku, quantity out of range, a currency other than the cart's, or a
+                new line beyond ``max_lines``.
         """
         if not 0 <= quantity <= MAX_QUANTITY:
             raise InvalidInput(f"quantity must be between 0 and {MAX_QUANTITY}; use 0 to remove the item")
         if not is_well_formed(handle, CART_PREFIX):
             raise NotFound("cart", handle)
-        params: dict[str, object] = {"p_handle": handle, **principal_params(principal)}
-        if expected_version is None:
-            bumped = await self._conn.execute(_BUMP, params)
-        else:
-            bumped = await self._conn.execute(_BUMP_IF_VERSION, {**params, "p_expected": expected_version})
-        cart_id = bumped.scalar_one_or_none()
-        if cart_id is None:
-            await self._explain_unwritable(principal, handle, expected_version)
+        params: dict[str, object] = {
+            "p_handle": handle,
+            **principal_params(principal),
+            "p_sku": sku,
+            "p_quantity": quantity,
+            "p_expected": expected_version,
+            "p_max_lines": max_lines,
+        }
+        for _ in range(_WRITE_ATTEMPTS):
+            rows = (await self._conn.execute(_SET_ITEM, params)).all()
+            if rows:
+                lines = [
+                    PricedLine(sku=line_sku, name=name, quantity=qty, unit_price_cents=price)
+                    for _, line_sku, name, qty, price, _ in rows
+                    if line_sku is not None
+                ]
+                return CartView(
+                    handle=handle,
+                    version=rows[0][0],
+                    status="open",
+                    items=lines,
+                    total_cents=sum(line.line_total_cents for line in lines),
+                    currency=rows[0][5] if lines else None,
+                )
+            await self._explain_refused(params, expected_version, max_lines)
+        raise Conflict("the cart is being changed by several calls at once; call cart_view, then retry")
 
-        if quantity == 0:
-            known = await self._conn.execute(select(literal(True)).where(exists().where(_product.c.sku == sku)))
-            if known.scalar_one_or_none() is None:
-                raise InvalidInput(f"unknown sku {sku!r}; use catalog_search to find products")
-            await self._conn.execute(delete(_item).where(_item.c.cart_id == cart_id, _item.c.sku == sku))
-        else:
-            other = _product.alias("other")
-            mixed_currency = (
-                select(literal(True))
-                .select_from(_item.join(other, other.c.sku == _item.c.sku))
-                .where(_item.c.cart_id == cart_id, other.c.currency != _product.c.currency)
-                .exists()
-            )
-            upsert = pg_insert(_item).from_select(
-                ["cart_id", "sku", "quantity"],
-                select(literal(cart_id), _product.c.sku, literal(quantity)).where(
-                    _product.c.sku == sku, ~mixed_currency
-                ),
-            )
-            stmt = upsert.on_conflict_do_update(
-                index_elements=[_item.c.cart_id, _item.c.sku], set_={"quantity": upsert.excluded.quantity}
-            ).returning(_item.c.sku)
-            if (await self._conn.execute(stmt)).scalar_one_or_none() is None:
-                await self._explain_unusable_sku(sku)
-        return await self.view(principal, handle)
-
-    async def _explain_unwritable(self, principal: Principal, handle: str, expected_version: int | None) -> NoReturn:
-        row = (await self._conn.execute(_STATUS, {"p_handle": handle, **principal_params(principal)})).one_or_none()
-        if row is None:
-            raise NotFound("cart", handle)
-        status, version = row
+    async def _explain_refused(self, params: dict[str, object], expected_version: int | None, max_lines: int) -> None:
+        """Raise why the write was refused; return if nothing stands in its way now (it lost a race)."""
+        why = (await self._conn.execute(_WHY_NOT_SET, params)).one_or_none()
+        if why is None:
+            raise NotFound("cart", str(params["p_handle"]))
+        status, version, known, mixed_currency, has_line, line_count = why
+        sku, quantity = params["p_sku"], params["p_quantity"]
         if status != "open":
             raise Conflict("this cart is checked out and can no longer be changed; create a new cart with cart_create")
-        raise Conflict(
-            f"the cart changed: it is at version {version}, not {expected_version}; "
-            "call cart_view to see the current contents, then retry with that version"
-        )
-
-    async def _explain_unusable_sku(self, sku: str) -> NoReturn:
-        exists_row = (await self._conn.execute(select(_product.c.sku).where(_product.c.sku == sku))).one_or_none()
-        if exists_row is None:
+        if expected_version is not None and version != expected_version:
+            raise Conflict(
+                f"the cart changed: it is at version {version}, not {expected_version}; "
+                "call cart_view to see the current contents, then retry with that version"
+            )
+        if not known:
             raise InvalidInput(f"unknown sku {sku!r}; use catalog_search to find products")
-        raise InvalidInput(
-            f"{sku!r} is priced in another currency than the items already in this cart; use a separate cart"
-        )
+        if quantity and mixed_currency:
+            raise InvalidInput(
+                f"{sku!r} is priced in another currency than the items already in this cart; use a separate cart"
+            )
+        if quantity and not has_line and line_count >= max_lines:
+            raise InvalidInput(
+                f"this cart already has {line_count} lines, the most a cart may hold ({max_lines}); "
+                "remove a line (quantity 0), or put the item in another cart with cart_create"
+            )
 
-    async def list(self, principal: Principal) -> list[CartSummary]:
-        """The principal's carts, newest first, with line and item counts and totals."""
-        return [
+    async def list(
+        self, principal: Principal, *, limit: int = DEFAULT_PAGE_SIZE, after: Position | None = None
+    ) -> Page[CartSummary]:
+        """One page of the principal's carts, newest first, with line and item counts and totals.
+
+        ``after`` is the ``next`` position of the previous page. Each page is one statement whose cost
+        depends on ``limit``, not on how many carts this or any other principal has.
+        """
+        params: dict[str, object] = {**principal_params(principal), "p_limit": limit + 1}
+        if after is None:
+            result = await self._conn.execute(_LIST, params)
+        else:
+            result = await self._conn.execute(
+                _LIST_AFTER, {**params, "p_after_at": after.at, "p_after_handle": after.handle}
+            )
+        rows = [
             CartSummary(
                 handle=handle,
                 version=version,
@@ -226,19 +433,18 @@ class CartRepository:
                 currency=currency,
                 created_at=created_at,
             )
-            for handle, version, status, lines, items, total, currency, created_at in await self._conn.execute(
-                _LIST, principal_params(principal)
-            )
+            for handle, version, status, lines, items, total, currency, created_at in result
         ]
+        return page_of(rows, limit, lambda cart: Position(at=cart.created_at, handle=cart.handle))
 
-    async def delete(self, principal: Principal, handle: str) -> None:
-        """Delete the cart and its lines.
+    async def delete(self, principal: Principal, handle: str) -> bool:
+        """Delete the cart and its lines; tell whether this call deleted it.
 
-        Raises:
-            NotFound: the handle names no cart of this principal.
+        ``False`` means there is no such cart of this principal now: already deleted, never created, or
+        someone else's. These are deliberately indistinguishable, so a retried delete succeeds and a
+        foreign handle reveals nothing.
         """
         if not is_well_formed(handle, CART_PREFIX):
-            raise NotFound("cart", handle)
+            return False
         result = await self._conn.execute(_DELETE, {"p_handle": handle, **principal_params(principal)})
-        if result.scalar_one_or_none() is None:
-            raise NotFound("cart", handle)
+        return result.scalar_one_or_none() is not None

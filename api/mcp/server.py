@@ -1,11 +1,14 @@
 """Build the SDK's ``MCPServer`` with Coatcheck's auth, request-state protection and tools."""
 
+from datetime import timedelta
 from typing import Literal, cast
 
 from mcp.server.auth.settings import AuthSettings
 from mcp.server.mcpserver import MCPServer, RequestStateSecurity
 
 from api.auth import JwtVerifier
+from api.mcp.capabilities import AdvertisedCapabilities
+from api.mcp.cursors import CursorSigner
 from api.mcp.tools_carts import register_cart_tools
 from api.mcp.tools_connections import register_connection_tools
 from api.mcp.tools_orders import register_order_tools
@@ -29,6 +32,7 @@ def build_mcp_server(
     settings: Settings, database: Database, verifier: JwtVerifier, *, connections: Connections | None = None
 ) -> MCPServer:
     """The production MCP server: every tool, auth required, requestState sealed under the shared ring."""
+    advertised = AdvertisedCapabilities()
     mcp = MCPServer(
         SERVER_NAME,
         version=SERVER_VERSION,
@@ -44,9 +48,19 @@ def build_mcp_server(
             keys=settings.state_key_ring, ttl=float(settings.request_state_ttl_seconds)
         ),
         log_level=cast(LogLevel, settings.log_level.upper()),
+        middleware=[advertised],
     )
-    register_cart_tools(mcp, database)
-    register_order_tools(mcp, database)
+    advertised.bind(mcp)
+    cursors = CursorSigner(settings.state_key_ring)
+    register_cart_tools(
+        mcp,
+        database,
+        cursors=cursors,
+        max_cart_lines=settings.max_cart_lines,
+        max_open_carts=settings.max_open_carts,
+        idempotency_key_ttl=timedelta(seconds=settings.idempotency_key_ttl_seconds),
+    )
+    register_order_tools(mcp, database, cursors=cursors)
     if connections is not None:
         register_connection_tools(mcp, connections)
     return mcp

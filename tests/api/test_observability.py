@@ -427,7 +427,7 @@ async def test_spans_reach_an_otlp_collector_over_http(server_env: dict[str, str
             wait_until(lambda: ("coatcheck-otlp-test", "tools/call cart_list") in spans(), timeout=15, what="spans")
     finally:
         collector.shutdown()
-    assert ("coatcheck-otlp-test", "db SELECT") in spans()
+    assert any(service == "coatcheck-otlp-test" and name.startswith("db ") for service, name in spans())
 
 
 def test_an_unknown_trace_exporter_stops_start_up_with_a_clear_error(server_env: dict[str, str]) -> None:

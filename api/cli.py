@@ -132,22 +132,9 @@ def _migrate(args: argparse.Namespace) -> None:
 
 
 def _audit(args: argparse.Namespace) -> None:
-    from pydantic import ValidationError
-    from pydantic_settings import BaseSettings, SettingsConfigDict
-
     from api.commands.audit import run
-    from store.db import PoolerMode
 
-    class _PoolerSettings(BaseSettings):  # the audit may run through the servers' PgBouncer
-        model_config = SettingsConfigDict(env_file=".env", extra="ignore")
-        db_pooler_mode: PoolerMode = "none"
-
-    try:
-        pooler_mode = _PoolerSettings().db_pooler_mode
-    except ValidationError:
-        print("coatcheck: DB_POOLER_MODE must be none or transaction", file=sys.stderr)
-        raise SystemExit(2) from None
-    raise SystemExit(run(args, _database_url_only(), pooler_mode=pooler_mode))
+    raise SystemExit(run(args))
 
 
 def _connections_revoke(args: argparse.Namespace) -> None:

@@ -10,8 +10,11 @@ from dataclasses import asdict
 from datetime import UTC, datetime, timedelta
 from typing import TextIO
 
+from pydantic import ValidationError
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
 from store.audit import AuditRecord, search_events
-from store.db import Database, PoolerMode
+from store.db import Database, PoolerMode, async_database_url
 
 _RELATIVE = re.compile(r"(\d+)([smhd])")
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
@@ -70,11 +73,33 @@ def write(records: Sequence[AuditRecord], output_format: str, out: TextIO) -> No
         out.write("  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip() + "\n")
 
 
-def run(args: argparse.Namespace, database_url: str, *, pooler_mode: PoolerMode = "none") -> int:
+class _AuditSettings(BaseSettings):
+    # Only the database: an operator's shell need not hold the server's secrets.
+    model_config = SettingsConfigDict(env_file=".env", extra="ignore")
+
+    database_url: str
+    db_pooler_mode: PoolerMode = "none"  # the audit may run through the servers' PgBouncer
+
+
+def _settings() -> _AuditSettings:
+    try:
+        settings = _AuditSettings()  # type: ignore[call-arg]
+        async_database_url(settings.database_url)
+    except (ValidationError, ValueError):
+        print(
+            "coatcheck: DATABASE_URL must be a postgresql:// URL and DB_POOLER_MODE none or transaction",
+            file=sys.stderr,
+        )
+        raise SystemExit(2) from None
+    return settings
+
+
+def run(args: argparse.Namespace) -> int:
     """Query and print; the exit status (0, also when nothing matched)."""
+    settings = _settings()
 
     async def query() -> list[AuditRecord]:
-        database = Database.connect(database_url, pool_size=1, pooler_mode=pooler_mode)
+        database = Database.connect(settings.database_url, pool_size=1, pooler_mode=settings.db_pooler_mode)
         try:
             async with database.one_statement() as conn:
                 return await search_events(

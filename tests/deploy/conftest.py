@@ -14,7 +14,6 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -22,6 +21,7 @@ from store.db import Database
 from store.demo import seed_demo_catalog
 from tests.browser.conftest import browser_user, chromium  # noqa: F401  (fixtures for the connect step)
 from tests.conftest import DEMO_CLIENT_ID, LOGIN_CLIENT_ID, demo_provider_config, devidp_clients
+from tests.support import figures
 from tests.support.devidp import DevIdP, start_devidp
 from tests.support.haproxy import HAPROXY, Balancer, start_haproxy
 from tests.support.pgbouncer import PGBOUNCER, RunningPgBouncer, run_pgbouncer
@@ -34,20 +34,9 @@ DRAIN_SECONDS = 2.0  # several HAProxy check intervals (200 ms, fall 2)
 POOL_SIZE, MAX_OVERFLOW = 5, 0  # per replica: 3 x 5 client connections share PgBouncer's server pool
 BOUNCER_POOL = 5
 
-_FIGURES: list[str] = []
-
-
 def note(line: str) -> None:
     """A line for the "replicas behind HAProxy and PgBouncer" section of the terminal summary."""
-    _FIGURES.append(line)
-
-
-def pytest_terminal_summary(terminalreporter: Any) -> None:
-    if _FIGURES:
-        terminalreporter.section("replicas behind HAProxy and PgBouncer")
-        for line in _FIGURES:
-            terminalreporter.write_line(line)
-        _FIGURES.clear()
+    figures.note("Replicas behind HAProxy and PgBouncer (issue 11)", line)
 
 
 @dataclass

@@ -16,7 +16,8 @@ import jwt
 import pytest
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
-from api.auth import IssuerMetadata, JwksCache, JwtVerifier
+from api.auth import JwtVerifier
+from api.jose import IssuerMetadata, JwksCache
 from tests.support.waiting import free_port
 
 RESOURCE = "https://coatcheck.test/mcp"

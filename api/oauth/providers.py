@@ -284,11 +284,7 @@ class ProviderRegistry:
             userinfo=userinfo if isinstance(userinfo, str) else None,
             revocation=revocation if isinstance(revocation, str) else None,
             issuer=provider.issuer,
-            jwks=(
-                JwksCache(issuer, self.http, ttl=self.jwks_ttl, jwks_uri=jwks_uri)
-                if isinstance(jwks_uri, str)
-                else None
-            ),
+            jwks=jwks,
         )
         self._endpoints[provider.name] = endpoints
         return endpoints

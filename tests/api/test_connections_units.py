@@ -4,10 +4,8 @@ access-log redaction."""
 import json
 import logging
 import secrets
-import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +23,7 @@ from api.oauth.providers import ProviderConfig, ProviderConfigError, ProviderReg
 from api.oauth.session import COOKIE_PURPOSE, LOGIN, SESSION, BrowserSession, CookieJar, LoginInProgress
 from api.settings import Settings, SettingsError
 from store.crypto import DecryptError, TokenCipher
-from tests.support.waiting import free_port
+from tests.support.json_server import serve_json
 
 DEMO_TOML = """
 [demo]
@@ -254,25 +252,9 @@ async def test_an_unsigned_id_token_is_refused() -> None:
 def jwks_server() -> Iterator[tuple[str, _Keys]]:
     """A real HTTP server publishing one provider signing key at /jwks."""
     keys = _Keys()
-    body = json.dumps({"keys": [keys.jwk.as_dict(private=False)]}).encode()
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            self.send_response(200 if self.path == "/jwks" else 404)
-            self.send_header("content-type", "application/json")
-            self.send_header("content-length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *_: object) -> None:
-            pass
-
-    port = free_port()
-    server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{port}/jwks", keys
-    server.shutdown()
-    server.server_close()
+    published = {"keys": [keys.jwk.as_dict(private=False)]}
+    with serve_json(lambda _, path: published if path == "/jwks" else None) as base:
+        yield f"{base}/jwks", keys
 
 
 def _provider(**extra: Any) -> ProviderConfig:

@@ -136,7 +136,10 @@ class CookieJar:
     def signout_token_matches(self, sealed_session: str, token: str) -> bool:
         """Whether ``token`` is :meth:`signout_token` of ``sealed_session`` under any ring key."""
         return any(
-            hmac.compare_digest(_b64(hmac.new(key, sealed_session.encode(), hashlib.sha256).digest()), token)
+            hmac.compare_digest(
+                _b64(hmac.new(key, sealed_session.encode(), hashlib.sha256).digest()).encode(),
+                token.encode("utf-8", "replace"),
+            )
             for key in self._signout_keys
         )
 

@@ -8,19 +8,15 @@ Each run creates its own database, migrates it with ``alembic upgrade head`` and
 """
 
 import asyncio
-import json
 import os
 import secrets
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from contextlib import asynccontextmanager
 from typing import Any
 
-import asyncpg
-import httpx2
 import pytest
 from mcp import Client
-from mcp.client.streamable_http import streamable_http_client
 from sqlalchemy.engine import make_url
 
 from store.db import Database
@@ -28,46 +24,26 @@ from store.demo import seed_demo_catalog
 from store.principal import Principal
 from store.schema import upgrade
 from tests.support import figures
-from tests.support.devidp import DevIdP, start_devidp
+from tests.support.databases import answers, create_database, drop_database
+from tests.support.devidp import (
+    DEMO_CLIENT_ID,
+    LOGIN_CLIENT_ID,
+    DevIdP,
+    demo_provider_config,
+    devidp_clients,
+    start_devidp,
+)
 from tests.support.embedded_postgres import embedded_postgres
+from tests.support.mcp_client import McpClientFactory, connect
 from tests.support.server import RunningServer, run_server
 from tests.support.waiting import free_port
 
+# The headless-Chromium fixtures (browser and deploy tests).
+pytest_plugins = ["tests.support.browser"]
+
 DEFAULT_TEST_DATABASE_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
-PROBE_TIMEOUT = 3.0
 # Which server this run uses, for the terminal summary.
 _database_note: list[str] = []
-
-
-def _asyncpg_dsn(url: str) -> str:
-    return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
-
-
-async def _create_database(admin_url: str, name: str) -> None:
-    conn = await asyncpg.connect(_asyncpg_dsn(admin_url))
-    try:
-        await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        await conn.execute(f'CREATE DATABASE "{name}"')
-    finally:
-        await conn.close()
-
-
-async def _drop_database(admin_url: str, name: str) -> None:
-    conn = await asyncpg.connect(_asyncpg_dsn(admin_url))
-    try:
-        await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-    finally:
-        await conn.close()
-
-
-async def _answers(url: str) -> bool:
-    """Whether a PostgreSQL server accepts connections at ``url`` (refused or silent: no; anything else raises)."""
-    try:
-        conn = await asyncpg.connect(_asyncpg_dsn(url), timeout=PROBE_TIMEOUT)
-    except (OSError, TimeoutError):
-        return False
-    await conn.close()
-    return True
 
 
 @pytest.fixture(scope="session")
@@ -79,7 +55,7 @@ def admin_database_url() -> Iterator[str]:
         yield explicit
         return
     default = os.environ.get("TEST_DATABASE_DEFAULT_URL", DEFAULT_TEST_DATABASE_URL)
-    if asyncio.run(_answers(default)):
+    if asyncio.run(answers(default)):
         _database_note.append(f"the PostgreSQL at {make_url(default).render_as_string(hide_password=True)}")
         yield default
         return
@@ -101,7 +77,7 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
 def database_url(admin_database_url: str) -> Iterator[str]:
     """A new database for this run, migrated to head and seeded with the demo catalog."""
     name = f"coatcheck_test_{uuid.uuid4().hex[:10]}"
-    asyncio.run(_create_database(admin_database_url, name))
+    asyncio.run(create_database(admin_database_url, name))
     url = make_url(admin_database_url).set(database=name).render_as_string(hide_password=False)
     upgrade(url)
 
@@ -114,7 +90,7 @@ def database_url(admin_database_url: str) -> Iterator[str]:
 
     asyncio.run(seed())
     yield url
-    asyncio.run(_drop_database(admin_database_url, name))
+    asyncio.run(drop_database(admin_database_url, name))
 
 
 @pytest.fixture(scope="session")
@@ -155,36 +131,10 @@ def token_encryption_keys() -> str:
     return ",".join(secrets.token_urlsafe(32) for _ in range(2))
 
 
-LOGIN_CLIENT_ID = "coatcheck-login"
-DEMO_CLIENT_ID = "coatcheck-demo"
-
-
 @pytest.fixture(scope="session")
 def oauth_client_secrets() -> dict[str, str]:
     """Secrets of the dev IdP's static clients: Coatcheck's browser login and the "demo" provider."""
     return {LOGIN_CLIENT_ID: secrets.token_urlsafe(32), DEMO_CLIENT_ID: secrets.token_urlsafe(32)}
-
-
-def devidp_clients(public_url: str, client_secrets: dict[str, str]) -> list[dict[str, object]]:
-    """The static confidential clients Coatcheck needs at the dev IdP (DEVIDP_CLIENTS)."""
-    return [
-        {
-            "client_id": LOGIN_CLIENT_ID,
-            "client_secret": client_secrets[LOGIN_CLIENT_ID],
-            "client_name": "Coatcheck sign-in",
-            "redirect_uris": [f"{public_url}/oauth/login/callback"],
-            "grant_types": ["authorization_code"],
-            "scope": "openid",
-        },
-        {
-            "client_id": DEMO_CLIENT_ID,
-            "client_secret": client_secrets[DEMO_CLIENT_ID],
-            "client_name": "Coatcheck (demo provider connection)",
-            "redirect_uris": [f"{public_url}/oauth/callback"],
-            "grant_types": ["authorization_code", "refresh_token"],
-            "scope": "openid profile email offline_access",
-        },
-    ]
 
 
 @pytest.fixture(scope="session")
@@ -193,21 +143,6 @@ def devidp(public_url: str, oauth_client_secrets: dict[str, str]) -> Iterator[De
     clients = devidp_clients(public_url, oauth_client_secrets)
     with start_devidp(port=free_port(), resources=[f"{public_url}/mcp"], clients=clients) as idp:
         yield idp
-
-
-def demo_provider_config(issuer: str) -> str:
-    """PROVIDERS for the dev IdP playing the "demo" provider (endpoints by OIDC discovery)."""
-    return json.dumps(
-        {
-            "demo": {
-                "display_name": "Demo provider",
-                "issuer": issuer,
-                "client_id": DEMO_CLIENT_ID,
-                "client_secret_env": "DEMO_CLIENT_SECRET",
-                "scopes": ["openid", "profile", "email"],
-            }
-        }
-    )
 
 
 @pytest.fixture(scope="session")
@@ -240,18 +175,14 @@ def server(server_env: dict[str, str], server_port: int) -> Iterator[RunningServ
         yield running
 
 
-McpClientFactory = Callable[..., AbstractAsyncContextManager[Client]]
-
-
 @pytest.fixture
 def mcp_client(server: RunningServer, devidp: DevIdP) -> McpClientFactory:
     """Open an official SDK client to the running server as ``username`` (a fresh user by default)."""
 
     @asynccontextmanager
-    async def connect(username: str | None = None, **client_options: Any) -> AsyncIterator[Client]:
+    async def open_client(username: str | None = None, **client_options: Any) -> AsyncIterator[Client]:
         token = await devidp.token(username or f"user-{uuid.uuid4().hex[:8]}", resource=server.mcp_url)
-        http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=httpx2.Timeout(30.0))
-        async with http, Client(streamable_http_client(server.mcp_url, http_client=http), **client_options) as client:
+        async with connect(server.mcp_url, token, **client_options) as client:
             yield client
 
-    return connect
+    return open_client

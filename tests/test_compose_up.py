@@ -21,7 +21,7 @@ import pytest
 from playwright.async_api import Browser, async_playwright
 from sqlalchemy.engine import make_url
 
-from tests.browser.harness import CHROMIUM, CHROMIUM_ARGS, NAVIGATION_TIMEOUT_MS, BrowserUser
+from tests.support.browser import CHROMIUM, CHROMIUM_ARGS, NAVIGATION_TIMEOUT_MS, BrowserUser
 from tests.support.compose.project import load_project
 from tests.support.compose.up import LOCAL_POSTGRES, ComposeUp, compose_up, unavailable_reason
 from tests.support.markdown import fenced_block

@@ -23,8 +23,7 @@ from store.db import Database
 from store.models import AuditEvent, table_of
 from store.principal import Principal
 from store.schema import downgrade, upgrade
-from tests.conftest import DEMO_CLIENT_ID
-from tests.support.devidp import DevIdP
+from tests.support.devidp import DEMO_CLIENT_ID, DevIdP
 from tests.support.scratch import scratch_database
 from tests.support.waiting import free_port
 from tests.test_devidp import Pkce, sign_in, token_request

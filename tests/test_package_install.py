@@ -19,7 +19,7 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from sqlalchemy.engine import make_url
 
-from tests.conftest import _create_database, _drop_database
+from tests.support.databases import create_database, drop_database
 from tests.support.devidp import DevIdP
 from tests.support.waiting import free_port, wait_until
 
@@ -85,9 +85,9 @@ def _serving(coatcheck: str, env: dict[str, str], *, cwd: Path, port: int) -> It
 @pytest.fixture
 def empty_database_url(admin_database_url: str) -> Iterator[str]:
     name = f"coatcheck_wheel_{uuid.uuid4().hex[:10]}"
-    asyncio.run(_create_database(admin_database_url, name))
+    asyncio.run(create_database(admin_database_url, name))
     yield make_url(admin_database_url).set(database=name).render_as_string(hide_password=False)
-    asyncio.run(_drop_database(admin_database_url, name))
+    asyncio.run(drop_database(admin_database_url, name))
 
 
 def test_the_installed_package_imports_from_site_packages_and_carries_its_migrations(

@@ -12,8 +12,8 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.types import CallToolResult, TextContent
 
-from tests.conftest import McpClientFactory
 from tests.support.devidp import DevIdP
+from tests.support.mcp_client import McpClientFactory
 from tests.support.server import RunningServer, run_server
 from tests.support.waiting import free_port
 

@@ -5,7 +5,7 @@ from typing import Any
 from mcp import Client
 from mcp.types import CallToolResult, TextContent
 
-from tests.conftest import McpClientFactory
+from tests.support.mcp_client import McpClientFactory
 
 
 def _text(result: CallToolResult) -> str:

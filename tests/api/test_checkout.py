@@ -22,10 +22,11 @@ from sqlalchemy import func, select
 
 from store.db import Database
 from store.models import Order, table_of
-from tests.conftest import McpClientFactory
 from tests.support.devidp import DevIdP
-from tests.support.mrtr import ScriptedUser, another_instance, confirms, connect, eventually, flip_one_character
+from tests.support.mcp_client import McpClientFactory, connect
+from tests.support.mrtr import ScriptedUser, another_instance, confirms, flip_one_character
 from tests.support.server import RunningServer
+from tests.support.waiting import eventually
 from tests.support.wire import post, response_message
 
 INVALID_STATE = "Invalid or expired requestState"

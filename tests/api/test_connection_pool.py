@@ -25,9 +25,10 @@ from store.db import Database
 from store.demo import seed_demo_catalog
 from store.schema import upgrade
 from tests.support.devidp import DevIdP
-from tests.support.mrtr import another_instance, connect, eventually
+from tests.support.mcp_client import connect
+from tests.support.mrtr import another_instance
 from tests.support.server import RunningServer
-from tests.support.waiting import wait_until
+from tests.support.waiting import eventually, wait_until
 from tests.support.wire import modern_request
 
 POOL_SIZE = 4

@@ -23,8 +23,8 @@ from sqlalchemy import select
 
 from store.db import Database
 from store.models import OAuthFlow, table_of
-from tests.conftest import McpClientFactory
 from tests.support.devidp import DevIdP
+from tests.support.mcp_client import McpClientFactory
 from tests.support.server import RunningServer
 from tests.support.wire import modern_request, response_message
 

@@ -32,7 +32,8 @@ from store.crypto import TokenCipher
 from store.db import Database
 from store.principal import Principal
 from tests.support.devidp import DevIdP
-from tests.support.mrtr import ScriptedUser, confirms, connect
+from tests.support.mcp_client import connect
+from tests.support.mrtr import ScriptedUser, confirms
 from tests.support.server import RunningServer, run_server
 from tests.support.waiting import free_port, wait_until
 from tests.support.wire import modern_request, post, response_message
@@ -170,9 +171,7 @@ async def test_each_tool_call_logs_one_json_line_with_its_request_id_tool_outcom
     assert user not in log  # the subject: only its digest
 
 
-async def test_every_logger_writes_in_the_one_json_format(
-    observed: RunningServer, devidp: DevIdP, user: str
-) -> None:
+async def test_every_logger_writes_in_the_one_json_format(observed: RunningServer, devidp: DevIdP, user: str) -> None:
     async with _client(devidp, observed, user) as client:
         await client.call_tool("cart_list", {})
     wait_until(lambda: bool(_tool_lines(observed)), timeout=5, what="a tool-call line")
@@ -416,9 +415,7 @@ async def test_spans_reach_an_otlp_collector_over_http(server_env: dict[str, str
                     request = ExportTraceServiceRequest.FromString(body)
                     for resource_spans in request.resource_spans:
                         service = next(
-                            a.value.string_value
-                            for a in resource_spans.resource.attributes
-                            if a.key == "service.name"
+                            a.value.string_value for a in resource_spans.resource.attributes if a.key == "service.name"
                         )
                         for scope_spans in resource_spans.scope_spans:
                             found.extend((service, span.name) for span in scope_spans.spans)

@@ -20,7 +20,8 @@ from sqlalchemy.engine import make_url
 from store.db import Database
 from store.errors import Unavailable
 from tests.support.devidp import DevIdP
-from tests.support.mrtr import ScriptedUser, another_instance, confirms, connect
+from tests.support.mcp_client import connect
+from tests.support.mrtr import ScriptedUser, another_instance, confirms
 from tests.support.pgbouncer import RunningPgBouncer, run_pgbouncer
 from tests.support.server import RunningServer
 

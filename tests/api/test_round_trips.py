@@ -25,7 +25,8 @@ from store.demo import seed_demo_catalog
 from store.principal import Principal
 from store.schema import upgrade
 from tests.support.devidp import DevIdP
-from tests.support.mrtr import ScriptedUser, another_instance, confirms, connect
+from tests.support.mcp_client import connect
+from tests.support.mrtr import ScriptedUser, another_instance, confirms
 from tests.support.private_postgres import LoggedMessage, PrivatePostgres, private_postgres
 from tests.support.server import RunningServer
 

@@ -22,8 +22,8 @@ from store.errors import InvalidGrant
 from store.principal import Principal
 from store.token_refresh import claim_refresh
 from store.vault import ConnectionRepository, TokenSet
-from tests.support.mrtr import eventually
 from tests.support.sql import recorded_statements
+from tests.support.waiting import eventually
 
 KEY = b"test-refresh-key-" + b"r" * 20 + b"-0123456789"
 OTHER = b"other-refresh-key-" + b"o" * 20 + b"-ABCDEFGHIJ"

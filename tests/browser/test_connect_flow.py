@@ -34,11 +34,10 @@ from store.db import Database
 from store.models import AuditEvent, OAuthFlow, ProviderConnection, table_of
 from store.principal import Principal
 from store.vault import ConnectionRepository, TokenSet
-from tests.browser.conftest import BrowserUserFactory
-from tests.browser.harness import BrowserUser, Landing
-from tests.conftest import DEMO_CLIENT_ID, LOGIN_CLIENT_ID, McpClientFactory, devidp_clients
-from tests.support.devidp import DevIdP, start_devidp
-from tests.support.mrtr import another_instance, connect
+from tests.support.browser import BrowserUser, BrowserUserFactory, Landing
+from tests.support.devidp import DEMO_CLIENT_ID, LOGIN_CLIENT_ID, DevIdP, devidp_clients, start_devidp
+from tests.support.mcp_client import McpClientFactory, connect
+from tests.support.mrtr import another_instance
 from tests.support.server import RunningServer, run_server
 from tests.support.waiting import free_port
 

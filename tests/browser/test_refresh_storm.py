@@ -32,12 +32,12 @@ from sqlalchemy import func, select, text, update
 
 from store.db import Database
 from store.models import ProviderConnection, table_of
-from tests.browser.conftest import BrowserUserFactory
 from tests.browser.test_connect_flow import LinkOpener
-from tests.conftest import McpClientFactory
 from tests.support import figures
+from tests.support.browser import BrowserUserFactory
 from tests.support.devidp import DevIdP
-from tests.support.mrtr import another_instance, connect
+from tests.support.mcp_client import McpClientFactory, connect
+from tests.support.mrtr import another_instance
 
 WHOAMI = {"provider": "demo"}
 CALLS = 25

@@ -6,9 +6,8 @@ import httpx2
 from mcp.client import ClientRequestContext
 from mcp.types import ElicitRequest, ElicitRequestParams, ElicitRequestURLParams, ElicitResult, InputRequiredResult
 
-from tests.browser.conftest import BrowserUserFactory
-from tests.browser.harness import BrowserUser
-from tests.conftest import McpClientFactory
+from tests.support.browser import BrowserUser, BrowserUserFactory
+from tests.support.mcp_client import McpClientFactory
 from tests.support.server import RunningServer
 
 SESSION_COOKIE = "coatcheck-session"  # http PUBLIC_URL: no __Host- prefix

@@ -12,53 +12,24 @@ import secrets
 import shutil
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from store.db import Database
 from store.demo import seed_demo_catalog
-from tests.browser.conftest import browser_user, chromium  # noqa: F401  (fixtures for the connect step)
-from tests.conftest import DEMO_CLIENT_ID, LOGIN_CLIENT_ID, demo_provider_config, devidp_clients
-from tests.support import figures
-from tests.support.devidp import DevIdP, start_devidp
-from tests.support.haproxy import HAPROXY, Balancer, start_haproxy
-from tests.support.pgbouncer import PGBOUNCER, RunningPgBouncer, run_pgbouncer
-from tests.support.replicas import Replica
+from tests.support.devidp import (
+    DEMO_CLIENT_ID,
+    LOGIN_CLIENT_ID,
+    demo_provider_config,
+    devidp_clients,
+    start_devidp,
+)
+from tests.support.haproxy import HAPROXY, start_haproxy
+from tests.support.pgbouncer import PGBOUNCER, run_pgbouncer
+from tests.support.replicas import BOUNCER_POOL, DRAIN_SECONDS, MAX_OVERFLOW, POOL_SIZE, REPLICAS, Deployment, Replica
 from tests.support.scratch import scratch_database
 from tests.support.waiting import free_port
-
-REPLICAS = ("r1", "r2", "r3")
-DRAIN_SECONDS = 2.0  # several HAProxy check intervals (200 ms, fall 2)
-POOL_SIZE, MAX_OVERFLOW = 5, 0  # per replica: 3 x 5 client connections share PgBouncer's server pool
-BOUNCER_POOL = 5
-
-def note(line: str) -> None:
-    """A line for the "replicas behind HAProxy and PgBouncer" section of the terminal summary."""
-    figures.note("Replicas behind HAProxy and PgBouncer (issue 11)", line)
-
-
-@dataclass
-class Deployment:
-    """The running parts, for tests to drive and inspect."""
-
-    balancer: Balancer
-    bouncer: RunningPgBouncer
-    idp: DevIdP
-    replicas: dict[str, Replica]
-    database_url: str  # direct, for the test's own checks
-
-    @property
-    def mcp_url(self) -> str:
-        return f"{self.balancer.url}/mcp"
-
-    def wait_all_up(self) -> None:
-        for name in self.replicas:
-            self.balancer.wait_for(name, "UP")
-
-    async def tokens(self, prefix: str, count: int) -> list[str]:
-        return [await self.idp.token(f"{prefix}-{n}", resource=self.mcp_url) for n in range(count)]
 
 
 def _seed(url: str) -> None:

@@ -24,11 +24,10 @@ from mcp.types import ElicitRequestFormParams, ElicitRequestParams, ElicitReques
 from playwright.async_api import Response as BrowserResponse
 from sqlalchemy.engine import make_url
 
-from tests.browser.conftest import BrowserUserFactory
-from tests.browser.harness import Landing
-from tests.deploy.conftest import BOUNCER_POOL, MAX_OVERFLOW, POOL_SIZE, REPLICAS, Deployment, note
+from tests.support.browser import BrowserUserFactory, Landing
 from tests.support.haproxy import REPLICA_HEADER
 from tests.support.load import LoadStats, steady_load, wait_for_requests
+from tests.support.replicas import BOUNCER_POOL, MAX_OVERFLOW, POOL_SIZE, REPLICAS, Deployment, note
 from tests.support.waiting import wait_until
 from tests.support.wire import modern_request, post, response_message
 from tests.support.wrk import WrkRun, run_wrk, wrk_available

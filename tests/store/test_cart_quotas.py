@@ -16,7 +16,7 @@ from store.errors import Conflict
 from store.orders import OrderReceipt, OrderRepository
 from store.principal import Principal
 from store.schema import upgrade
-from tests.conftest import _create_database, _drop_database
+from tests.support.databases import create_database, drop_database
 from tests.support.sql import recorded_statements
 
 MIGRATION = "a1b2c3d40005"
@@ -185,7 +185,7 @@ async def test_checked_out_carts_do_not_count_toward_the_open_cart_cap(
 
 def test_the_migration_gives_existing_open_carts_their_slots_oldest_first(admin_database_url: str) -> None:
     name = f"coatcheck_slots_{uuid.uuid4().hex[:10]}"
-    asyncio.run(_create_database(admin_database_url, name))
+    asyncio.run(create_database(admin_database_url, name))
     url = make_url(admin_database_url).set(database=name).render_as_string(hide_password=False)
 
     async def fill_and_read(before: bool) -> list[tuple[str, str, int | None]]:
@@ -219,4 +219,4 @@ def test_the_migration_gives_existing_open_carts_their_slots_oldest_first(admin_
             ("cart_d", "open", 1),
         ]
     finally:
-        asyncio.run(_drop_database(admin_database_url, name))
+        asyncio.run(drop_database(admin_database_url, name))

@@ -17,8 +17,8 @@ from store.db import Database
 from store.errors import Conflict, InvalidInput, NotFound
 from store.orders import CheckoutQuote, OrderRepository
 from store.principal import Principal
-from tests.support.mrtr import eventually
 from tests.support.sql import recorded_statements
+from tests.support.waiting import eventually
 
 
 async def _products(database: Database, count: int, currency: str = "USD") -> list[str]:

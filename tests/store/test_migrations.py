@@ -14,16 +14,16 @@ from sqlalchemy.ext.asyncio import create_async_engine
 from store.db import async_database_url
 from store.models import Base
 from store.schema import downgrade, upgrade
-from tests.conftest import _create_database, _drop_database
+from tests.support.databases import create_database, drop_database
 
 
 @pytest.fixture
 def scratch_database_url(admin_database_url: str) -> Iterator[str]:
     """An empty database that this test may migrate up and down."""
     name = f"coatcheck_mig_{uuid.uuid4().hex[:10]}"
-    asyncio.run(_create_database(admin_database_url, name))
+    asyncio.run(create_database(admin_database_url, name))
     yield make_url(admin_database_url).set(database=name).render_as_string(hide_password=False)
-    asyncio.run(_drop_database(admin_database_url, name))
+    asyncio.run(drop_database(admin_database_url, name))
 
 
 def _inspect(url: str, fn: "type[object] | object") -> object:

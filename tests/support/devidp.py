@@ -223,3 +223,45 @@ def start_devidp(
     finally:
         _stop(process)
         log.close()
+
+
+# The static clients Coatcheck registers at the dev IdP: the browser sign-in and the "demo" provider.
+LOGIN_CLIENT_ID = "coatcheck-login"
+DEMO_CLIENT_ID = "coatcheck-demo"
+
+
+def devidp_clients(public_url: str, client_secrets: dict[str, str]) -> list[dict[str, object]]:
+    """The static confidential clients Coatcheck needs at the dev IdP (DEVIDP_CLIENTS)."""
+    return [
+        {
+            "client_id": LOGIN_CLIENT_ID,
+            "client_secret": client_secrets[LOGIN_CLIENT_ID],
+            "client_name": "Coatcheck sign-in",
+            "redirect_uris": [f"{public_url}/oauth/login/callback"],
+            "grant_types": ["authorization_code"],
+            "scope": "openid",
+        },
+        {
+            "client_id": DEMO_CLIENT_ID,
+            "client_secret": client_secrets[DEMO_CLIENT_ID],
+            "client_name": "Coatcheck (demo provider connection)",
+            "redirect_uris": [f"{public_url}/oauth/callback"],
+            "grant_types": ["authorization_code", "refresh_token"],
+            "scope": "openid profile email offline_access",
+        },
+    ]
+
+
+def demo_provider_config(issuer: str) -> str:
+    """PROVIDERS for the dev IdP playing the "demo" provider (endpoints by OIDC discovery)."""
+    return json.dumps(
+        {
+            "demo": {
+                "display_name": "Demo provider",
+                "issuer": issuer,
+                "client_id": DEMO_CLIENT_ID,
+                "client_secret_env": "DEMO_CLIENT_SECRET",
+                "scopes": ["openid", "profile", "email"],
+            }
+        }
+    )

@@ -1,15 +1,9 @@
 """Helpers for multi round-trip (MRTR) tests: scripted elicitation answers, extra server processes, polling."""
 
-import asyncio
 import contextlib
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
-from typing import Any
+from collections.abc import Iterator, Mapping
 
-import httpx2
-from mcp import Client
 from mcp.client import ClientRequestContext
-from mcp.client.streamable_http import streamable_http_client
 from mcp.types import ElicitRequestFormParams, ElicitRequestParams, ElicitResult
 
 from tests.support.server import RunningServer, run_server
@@ -41,14 +35,6 @@ def confirms(value: object = True) -> ElicitResult:
     return ElicitResult(action="accept", content={"confirm": value})  # type: ignore[dict-item]
 
 
-@contextlib.asynccontextmanager
-async def connect(mcp_url: str, token: str, **client_options: Any) -> AsyncIterator[Client]:
-    """An official SDK client to ``mcp_url`` presenting ``token``."""
-    http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=httpx2.Timeout(30.0))
-    async with http, Client(streamable_http_client(mcp_url, http_client=http), **client_options) as client:
-        yield client
-
-
 @contextlib.contextmanager
 def another_instance(env: Mapping[str, str], *, public_url: str, **overrides: str) -> Iterator[RunningServer]:
     """One more ``coatcheck serve`` on its own port, posing as ``public_url`` so tokens for it are accepted.
@@ -59,12 +45,3 @@ def another_instance(env: Mapping[str, str], *, public_url: str, **overrides: st
     full_env = {**env, "ALLOWED_HOSTS": f"127.0.0.1:{port}", **overrides}
     with run_server(full_env, port=port, public_url=public_url) as running:
         yield running
-
-
-async def eventually(probe: Callable[[], Awaitable[bool]], *, within: float, what: str, interval: float = 0.1) -> None:
-    """Run ``probe`` until it returns true; fail naming ``what`` after ``within`` seconds."""
-    deadline = time.monotonic() + within
-    while not await probe():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out after {within}s waiting for {what}")
-        await asyncio.sleep(interval)

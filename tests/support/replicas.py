@@ -9,10 +9,15 @@ import signal as signals
 import subprocess
 import sys
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 
+from tests.support import figures
+from tests.support.devidp import DevIdP
+from tests.support.haproxy import Balancer
+from tests.support.pgbouncer import RunningPgBouncer
 from tests.support.waiting import free_port, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -89,3 +94,37 @@ class Replica:
 
     def log_text(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+
+# The deployment tests/deploy builds from these replicas: 3 behind HAProxy, PgBouncer in front of PostgreSQL.
+REPLICAS = ("r1", "r2", "r3")
+DRAIN_SECONDS = 2.0  # several HAProxy check intervals (200 ms, fall 2)
+POOL_SIZE, MAX_OVERFLOW = 5, 0  # per replica: 3 x 5 client connections share PgBouncer's server pool
+BOUNCER_POOL = 5
+
+
+def note(line: str) -> None:
+    """A line for the "replicas behind HAProxy and PgBouncer" section of the terminal summary."""
+    figures.note("Replicas behind HAProxy and PgBouncer (issue 11)", line)
+
+
+@dataclass
+class Deployment:
+    """The running parts, for tests to drive and inspect."""
+
+    balancer: Balancer
+    bouncer: RunningPgBouncer
+    idp: DevIdP
+    replicas: dict[str, Replica]
+    database_url: str  # direct, for the test's own checks
+
+    @property
+    def mcp_url(self) -> str:
+        return f"{self.balancer.url}/mcp"
+
+    def wait_all_up(self) -> None:
+        for name in self.replicas:
+            self.balancer.wait_for(name, "UP")
+
+    async def tokens(self, prefix: str, count: int) -> list[str]:
+        return [await self.idp.token(f"{prefix}-{n}", resource=self.mcp_url) for n in range(count)]

@@ -12,17 +12,17 @@ from contextlib import contextmanager
 from sqlalchemy.engine import make_url
 
 from store.schema import upgrade
-from tests.conftest import _create_database, _drop_database
+from tests.support.databases import create_database, drop_database
 
 
 @contextmanager
 def scratch_database(admin_database_url: str) -> Iterator[str]:
     """Create a database migrated to head, yield its URL, drop it afterwards."""
     name = f"coatcheck_scratch_{uuid.uuid4().hex[:10]}"
-    asyncio.run(_create_database(admin_database_url, name))
+    asyncio.run(create_database(admin_database_url, name))
     try:
         url = make_url(admin_database_url).set(database=name).render_as_string(hide_password=False)
         upgrade(url)
         yield url
     finally:
-        asyncio.run(_drop_database(admin_database_url, name))
+        asyncio.run(drop_database(admin_database_url, name))

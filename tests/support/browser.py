@@ -1,13 +1,18 @@
 """A person at a browser: headless Debian Chromium driven by Playwright, with its own cookie jar.
 
+The ``chromium`` and ``browser_user`` fixtures are registered for the whole suite by tests/conftest.py
+(``pytest_plugins``), so the browser and deploy tests share one browser per run.
+
 Never ``playwright install``: the browser is the system package (``.ci/system-packages`` installs it).
 """
 
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from playwright.async_api import BrowserContext, Page
+import pytest
+from playwright.async_api import Browser, BrowserContext, Page, async_playwright
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [
@@ -70,3 +75,39 @@ class BrowserUser:
             page=page,
             visited=visited,
         )
+
+
+# What the ``browser_user`` fixture yields: ``await browser_user(username)``.
+BrowserUserFactory = Callable[[str], Awaitable["BrowserUser"]]
+
+
+def _require_chromium() -> None:
+    if not CHROMIUM.exists():
+        pytest.fail(f"{CHROMIUM} is missing: run .ci/system-packages (installs Debian's chromium package)")
+
+
+@pytest.fixture(scope="session")
+async def chromium() -> AsyncIterator[Browser]:
+    """One headless Chromium for the run."""
+    _require_chromium()
+    async with async_playwright() as playwright:
+        browser = await playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        yield browser
+        await browser.close()
+
+
+@pytest.fixture
+async def browser_user(chromium: Browser) -> AsyncIterator[BrowserUserFactory]:
+    """Make a person with their own browser profile (cookies), who signs in as the given username."""
+    contexts = []
+
+    async def make(username: str) -> BrowserUser:
+        context = await chromium.new_context()
+        context.set_default_navigation_timeout(NAVIGATION_TIMEOUT_MS)
+        context.set_default_timeout(NAVIGATION_TIMEOUT_MS)
+        contexts.append(context)
+        return BrowserUser(context, username)
+
+    yield make
+    for context in contexts:
+        await context.close()

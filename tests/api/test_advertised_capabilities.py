@@ -4,7 +4,7 @@ Coatcheck has (tools), and the methods of capabilities it lacks are ``-32601 Met
 import uuid
 from collections.abc import Iterator
 
-import httpx
+import httpx2
 import pytest
 
 from tests.support.devidp import DevIdP
@@ -15,8 +15,8 @@ METHOD_NOT_FOUND = -32601
 
 
 @pytest.fixture
-def http() -> Iterator[httpx.Client]:
-    with httpx.Client(timeout=30) as client:
+def http() -> Iterator[httpx2.Client]:
+    with httpx2.Client(timeout=30) as client:
         yield client
 
 
@@ -26,7 +26,7 @@ async def token(devidp: DevIdP, server: RunningServer) -> str:
 
 
 def test_server_discover_advertises_tools_and_no_prompts_or_resources(
-    http: httpx.Client, server: RunningServer, token: str
+    http: httpx2.Client, server: RunningServer, token: str
 ) -> None:
     response = post(http, server.mcp_url, "server/discover", token=token)
     assert response.status_code == 200, response.text
@@ -38,7 +38,7 @@ def test_server_discover_advertises_tools_and_no_prompts_or_resources(
 
 
 def test_the_legacy_initialize_advertises_tools_and_no_prompts_or_resources(
-    http: httpx.Client, server: RunningServer, token: str
+    http: httpx2.Client, server: RunningServer, token: str
 ) -> None:
     response = http.post(
         server.mcp_url,
@@ -76,7 +76,7 @@ def test_the_legacy_initialize_advertises_tools_and_no_prompts_or_resources(
     ],
 )
 def test_methods_of_capabilities_not_advertised_are_not_found(
-    http: httpx.Client, server: RunningServer, token: str, method: str, params: dict[str, str]
+    http: httpx2.Client, server: RunningServer, token: str, method: str, params: dict[str, str]
 ) -> None:
     # resources/read routes on its uri (Mcp-Name), like tools/call on the tool name.
     headers = {"Mcp-Name": params["uri"]} if "uri" in params else None

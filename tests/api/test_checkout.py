@@ -7,7 +7,7 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
-import httpx
+import httpx2
 import pytest
 from mcp import Client, MCPError
 from mcp.types import (
@@ -90,8 +90,8 @@ async def _status(client: Client, cart_id: str) -> tuple[str, int]:
 
 
 @pytest.fixture
-def http() -> Iterator[httpx.Client]:
-    with httpx.Client(timeout=15.0) as client:
+def http() -> Iterator[httpx2.Client]:
+    with httpx2.Client(timeout=15.0) as client:
         yield client
 
 
@@ -341,7 +341,7 @@ async def test_two_confirmations_of_one_cart_racing_place_one_order_and_the_othe
 
 
 async def test_a_tampered_state_is_rejected_before_the_tool_runs(
-    mcp_client: McpClientFactory, database: Database, http: httpx.Client, server: RunningServer, devidp: DevIdP
+    mcp_client: McpClientFactory, database: Database, http: httpx2.Client, server: RunningServer, devidp: DevIdP
 ) -> None:
     username = f"tamper-{uuid.uuid4().hex[:6]}"
     async with mcp_client(username, elicitation_callback=ScriptedUser(confirms(True))) as client:
@@ -484,7 +484,7 @@ async def test_a_state_sealed_under_the_old_key_is_accepted_after_rotating_to_ne
 
 
 async def test_a_client_without_form_elicitation_gets_missing_capability_not_a_form(
-    mcp_client: McpClientFactory, database: Database, http: httpx.Client, server: RunningServer, devidp: DevIdP
+    mcp_client: McpClientFactory, database: Database, http: httpx2.Client, server: RunningServer, devidp: DevIdP
 ) -> None:
     username = f"formless-{uuid.uuid4().hex[:6]}"
     async with mcp_client(username) as client:  # no elicitation callback: no elicitation capability declared

@@ -7,7 +7,7 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
-import httpx
+import httpx2
 import pytest
 from mcp.client import ClientRequestContext
 from mcp.types import (
@@ -66,12 +66,12 @@ class Answers:
 
 
 @pytest.fixture
-def http() -> Iterator[httpx.Client]:
-    with httpx.Client(timeout=15.0, follow_redirects=False) as client:
+def http() -> Iterator[httpx2.Client]:
+    with httpx2.Client(timeout=15.0, follow_redirects=False) as client:
         yield client
 
 
-def _assert_page(response: httpx.Response, status: int) -> None:
+def _assert_page(response: httpx2.Response, status: int) -> None:
     assert response.status_code == status, response.text
     assert response.headers["content-type"].startswith("text/html")
     for name, value in SECURITY_HEADERS.items():
@@ -138,7 +138,7 @@ async def test_a_client_without_url_elicitation_gets_missing_capability_32021(
 ) -> None:
     token = await devidp.token(_user(), resource=server.mcp_url)
     params = {"name": "connection_whoami", "arguments": WHOAMI}
-    async with httpx.AsyncClient(timeout=15.0) as client:
+    async with httpx2.AsyncClient(timeout=15.0) as client:
         headers, body = _wire("tools/call", params, capabilities, token)
         response = await client.post(server.mcp_url, headers=headers, json=body)
     message = response_message(response)
@@ -190,7 +190,7 @@ async def test_a_new_call_after_a_cancelled_one_gets_a_fresh_link(mcp_client: Mc
 
 
 def test_a_callback_without_a_state_or_with_an_unknown_one_is_a_400_page(
-    http: httpx.Client, server: RunningServer
+    http: httpx2.Client, server: RunningServer
 ) -> None:
     missing = http.get(f"{server.base_url}/oauth/callback", params={"code": "abc"})
     _assert_page(missing, 400)
@@ -206,21 +206,21 @@ def test_a_callback_without_a_state_or_with_an_unknown_one_is_a_400_page(
 
 
 def test_a_login_callback_that_this_browser_did_not_start_is_a_400_page(
-    http: httpx.Client, server: RunningServer
+    http: httpx2.Client, server: RunningServer
 ) -> None:
     response = http.get(f"{server.base_url}/oauth/login/callback", params={"code": "abc", "state": "forged"})
     _assert_page(response, 400)
 
 
 def test_a_malformed_or_unknown_connect_link_is_a_404_page_or_a_sign_in(
-    http: httpx.Client, server: RunningServer, devidp: DevIdP
+    http: httpx2.Client, server: RunningServer, devidp: DevIdP
 ) -> None:
     _assert_page(http.get(f"{server.base_url}/connect/not-a-flow"), 404)
     _assert_page(http.get(f"{server.base_url}/connect/cart_{'A' * 32}"), 404)
     # A well-formed handle first needs a signed-in browser: the link itself proves nothing.
     response = http.get(f"{server.base_url}/connect/flow_{'A' * 32}")
     assert response.status_code == 303
-    location = httpx.URL(response.headers["location"])
+    location = httpx2.URL(response.headers["location"])
     assert str(location).startswith(f"{devidp.issuer}/auth?")
     assert location.params["client_id"] == "coatcheck-login"
     assert location.params["redirect_uri"] == f"{server.base_url}/oauth/login/callback"

@@ -4,7 +4,7 @@ import asyncio
 import signal
 import time
 
-import httpx
+import httpx2
 
 from tests.support.devidp import DevIdP
 from tests.support.server import run_server
@@ -16,8 +16,8 @@ DRAIN_SECONDS = 4.0
 
 def _status(url: str) -> int | None:
     try:
-        return httpx.get(url, timeout=2).status_code
-    except httpx.HTTPError:
+        return httpx2.get(url, timeout=2).status_code
+    except httpx2.HTTPError:
         return None
 
 
@@ -33,9 +33,9 @@ def test_after_sigterm_readyz_answers_503_while_requests_are_still_served_until_
         signalled = time.monotonic()
         running.process.send_signal(signal.SIGTERM)
         wait_until(lambda: _status(f"{running.base_url}/readyz") == 503, timeout=3, what="/readyz to turn 503")
-        readyz = httpx.get(f"{running.base_url}/readyz", timeout=2)
+        readyz = httpx2.get(f"{running.base_url}/readyz", timeout=2)
         # Still listening and still serving: the balancer stops sending new work, nothing in flight is refused.
-        with httpx.Client(timeout=10) as http:
+        with httpx2.Client(timeout=10) as http:
             created = post(http, running.mcp_url, "tools/call", {"name": "cart_create", "arguments": {}}, token=token)
         during_drain = time.monotonic() - signalled
         assert _status(f"{running.base_url}/healthz") == 200

@@ -2,7 +2,7 @@
 
 import time
 
-import httpx
+import httpx2
 
 from tests.support.server import run_server
 from tests.support.waiting import free_port
@@ -18,9 +18,9 @@ def test_readyz_reports_503_within_its_timeout_when_the_database_is_unreachable(
         "READYZ_TIMEOUT_SECONDS": "1",
     }
     with run_server(env) as server:
-        assert httpx.get(f"{server.base_url}/healthz", timeout=5).json() == {"status": "ok"}
+        assert httpx2.get(f"{server.base_url}/healthz", timeout=5).json() == {"status": "ok"}
         started = time.monotonic()
-        response = httpx.get(f"{server.base_url}/readyz", timeout=10)
+        response = httpx2.get(f"{server.base_url}/readyz", timeout=10)
         elapsed = time.monotonic() - started
     assert response.status_code == 503
     assert response.json() == {"status": "database unreachable"}

@@ -7,7 +7,7 @@ challenge, 405s and the absence of session ids are exactly what a client library
 import uuid
 from collections.abc import Iterator
 
-import httpx
+import httpx2
 import pytest
 
 from tests.support.devidp import DevIdP
@@ -17,8 +17,8 @@ from tests.support.wire import PROTOCOL_VERSION, post, response_message
 
 
 @pytest.fixture
-def http() -> Iterator[httpx.Client]:
-    with httpx.Client(timeout=15.0) as client:
+def http() -> Iterator[httpx2.Client]:
+    with httpx2.Client(timeout=15.0) as client:
         yield client
 
 
@@ -32,7 +32,7 @@ def _expected_challenge(server: RunningServer) -> str:
 
 
 def test_a_request_without_a_token_gets_401_pointing_at_the_resource_metadata(
-    http: httpx.Client, server: RunningServer
+    http: httpx2.Client, server: RunningServer
 ) -> None:
     response = post(http, server.mcp_url, "tools/list")
     assert response.status_code == 401
@@ -43,7 +43,7 @@ def test_a_request_without_a_token_gets_401_pointing_at_the_resource_metadata(
 
 @pytest.mark.parametrize("authorization", [None, "Basic dXNlcjpwYXNz", "Bearer"])
 def test_a_request_without_bearer_credentials_gets_a_challenge_without_an_error_code(
-    http: httpx.Client, server: RunningServer, authorization: str | None
+    http: httpx2.Client, server: RunningServer, authorization: str | None
 ) -> None:
     # RFC 6750 §3.1: when the request lacks any authentication information, no error code.
     extra = {"Authorization": authorization} if authorization is not None else None
@@ -55,7 +55,7 @@ def test_a_request_without_bearer_credentials_gets_a_challenge_without_an_error_
 
 
 async def test_a_bad_token_is_challenged_with_invalid_token(
-    http: httpx.Client, server: RunningServer, devidp: DevIdP
+    http: httpx2.Client, server: RunningServer, devidp: DevIdP
 ) -> None:
     expired = await devidp.token("wire-user", resource=server.mcp_url, expires_in=-3600)
     for bad in ("not-a-jwt", expired):
@@ -66,7 +66,7 @@ async def test_a_bad_token_is_challenged_with_invalid_token(
 
 
 def test_the_resource_metadata_lists_the_issuer_as_authorization_server(
-    http: httpx.Client, server: RunningServer, devidp: DevIdP
+    http: httpx2.Client, server: RunningServer, devidp: DevIdP
 ) -> None:
     for path in ("/.well-known/oauth-protected-resource/mcp", "/.well-known/oauth-protected-resource"):
         document = http.get(server.base_url + path).json()
@@ -78,7 +78,7 @@ def test_the_resource_metadata_lists_the_issuer_as_authorization_server(
     "variant",
     ["garbage", "expired", "other_audience", "not_yet_valid", "tampered_signature", "unsigned"],
 )
-async def test_a_bad_token_gets_401(http: httpx.Client, server: RunningServer, devidp: DevIdP, variant: str) -> None:
+async def test_a_bad_token_gets_401(http: httpx2.Client, server: RunningServer, devidp: DevIdP, variant: str) -> None:
     if variant == "garbage":
         bad = "not-a-jwt"
     elif variant == "expired":
@@ -107,7 +107,7 @@ async def test_a_bad_token_gets_401(http: httpx.Client, server: RunningServer, d
 
 @pytest.mark.parametrize("alg", ["RS256", "ES256"])
 async def test_rs256_and_es256_tokens_with_only_openid_scope_are_accepted(
-    http: httpx.Client, server: RunningServer, devidp: DevIdP, alg: str
+    http: httpx2.Client, server: RunningServer, devidp: DevIdP, alg: str
 ) -> None:
     good = await devidp.token("wire-user", resource=server.mcp_url, alg=alg, scope="openid")
     response = post(http, server.mcp_url, "tools/list", token=good)
@@ -120,7 +120,7 @@ async def test_rs256_and_es256_tokens_with_only_openid_scope_are_accepted(
 @pytest.mark.parametrize("protocol_version", [None, PROTOCOL_VERSION, "2025-11-25"])
 @pytest.mark.parametrize("authenticated", [False, True])
 def test_get_and_delete_answer_405_for_every_client(
-    http: httpx.Client,
+    http: httpx2.Client,
     server: RunningServer,
     token: str,
     method: str,
@@ -138,7 +138,7 @@ def test_get_and_delete_answer_405_for_every_client(
 
 
 def test_no_session_id_is_minted_or_honoured_and_no_initialize_is_needed(
-    http: httpx.Client, server: RunningServer, token: str
+    http: httpx2.Client, server: RunningServer, token: str
 ) -> None:
     discovered = post(http, server.mcp_url, "server/discover", token=token)
     assert discovered.status_code == 200
@@ -149,25 +149,25 @@ def test_no_session_id_is_minted_or_honoured_and_no_initialize_is_needed(
     assert "mcp-session-id" not in stale.headers
 
 
-def test_a_foreign_browser_origin_gets_403(http: httpx.Client, server: RunningServer, token: str) -> None:
+def test_a_foreign_browser_origin_gets_403(http: httpx2.Client, server: RunningServer, token: str) -> None:
     response = post(http, server.mcp_url, "tools/list", token=token, extra_headers={"Origin": "https://evil.example"})
     assert response.status_code == 403
     same_origin = post(http, server.mcp_url, "tools/list", token=token, extra_headers={"Origin": server.base_url})
     assert same_origin.status_code == 200
 
 
-def test_a_host_outside_the_allow_list_is_refused(http: httpx.Client, server: RunningServer, token: str) -> None:
+def test_a_host_outside_the_allow_list_is_refused(http: httpx2.Client, server: RunningServer, token: str) -> None:
     response = post(http, server.mcp_url, "tools/list", token=token, extra_headers={"Host": "evil.example:80"})
     assert response.status_code in {400, 403, 421}
 
 
-def test_health_and_readiness(http: httpx.Client, server: RunningServer) -> None:
+def test_health_and_readiness(http: httpx2.Client, server: RunningServer) -> None:
     assert http.get(f"{server.base_url}/healthz").json() == {"status": "ok"}
     assert http.get(f"{server.base_url}/readyz").json() == {"status": "ready", "catalog_search": "indexed"}
 
 
 async def test_bearer_tokens_and_secrets_never_reach_the_server_log(
-    http: httpx.Client, server: RunningServer, devidp: DevIdP, server_env: dict[str, str]
+    http: httpx2.Client, server: RunningServer, devidp: DevIdP, server_env: dict[str, str]
 ) -> None:
     good = await devidp.token("log-watcher", resource=server.mcp_url)
     expired = await devidp.token("log-watcher", resource=server.mcp_url, expires_in=-60)
@@ -190,7 +190,7 @@ async def test_bearer_tokens_and_secrets_never_reach_the_server_log(
 
 
 def test_a_token_sent_in_a_query_string_never_reaches_the_access_log(
-    http: httpx.Client, server: RunningServer, token: str
+    http: httpx2.Client, server: RunningServer, token: str
 ) -> None:
     marker = f"leak-{uuid.uuid4().hex[:8]}"
     http.get(f"{server.base_url}/healthz", params={"access_token": token, "m": marker})

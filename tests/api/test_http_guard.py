@@ -7,7 +7,7 @@ import socket
 import time
 from collections.abc import Iterator
 
-import httpx
+import httpx2
 import pytest
 
 from tests.support.devidp import DevIdP
@@ -129,7 +129,7 @@ def _access_lines(server: RunningServer, marker: str) -> list[str]:
 
 def test_behind_a_trusted_proxy_the_access_log_shows_the_forwarded_client(guarded: RunningServer) -> None:
     marker = f"/healthz?trusted-{time.monotonic_ns()}"
-    httpx.get(f"{guarded.base_url}{marker}", headers={"X-Forwarded-For": PROXY_CLIENT}, timeout=10.0)
+    httpx2.get(f"{guarded.base_url}{marker}", headers={"X-Forwarded-For": PROXY_CLIENT}, timeout=10.0)
     wait_until(lambda: bool(_access_lines(guarded, "/healthz")), timeout=5, what="an access line")
     lines = [line for line in guarded.log_text().splitlines() if "uvicorn.access" in line and PROXY_CLIENT in line]
     assert lines, guarded.log_text()[-2000:]
@@ -137,7 +137,7 @@ def test_behind_a_trusted_proxy_the_access_log_shows_the_forwarded_client(guarde
 
 def test_without_trusted_proxies_forwarded_headers_are_ignored(server: RunningServer) -> None:
     spoofed = "198.51.100.23"
-    httpx.get(f"{server.base_url}/healthz", headers={"X-Forwarded-For": spoofed}, timeout=10.0)
+    httpx2.get(f"{server.base_url}/healthz", headers={"X-Forwarded-For": spoofed}, timeout=10.0)
     wait_until(lambda: bool(_access_lines(server, "/healthz")), timeout=5, what="an access line")
     assert spoofed not in server.log_text()
     assert any("127.0.0.1:" in line for line in _access_lines(server, "/healthz"))
@@ -154,13 +154,13 @@ def test_requests_beyond_the_connection_cap_get_503_until_connections_close(serv
         try:
             for holder in holders:
                 holder.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n")  # headers never finished
-            refused = httpx.get(f"{running.base_url}/healthz", timeout=10.0)
+            refused = httpx2.get(f"{running.base_url}/healthz", timeout=10.0)
         finally:
             for holder in holders:
                 holder.close()
 
         def served() -> bool:
-            return httpx.get(f"{running.base_url}/healthz", timeout=10.0).status_code == 200
+            return httpx2.get(f"{running.base_url}/healthz", timeout=10.0).status_code == 200
 
         wait_until(served, timeout=15, what="the server to accept requests again")
     assert refused.status_code == 503
@@ -169,7 +169,7 @@ def test_requests_beyond_the_connection_cap_get_503_until_connections_close(serv
 def test_a_clean_sigterm_shutdown_exits_0(server_env: dict[str, str]) -> None:
     port = free_port()
     with run_server(server_env, port=port, public_url=f"http://127.0.0.1:{port}") as running:
-        assert httpx.get(f"{running.base_url}/readyz", timeout=10.0).status_code == 200
+        assert httpx2.get(f"{running.base_url}/readyz", timeout=10.0).status_code == 200
         running.process.send_signal(signal.SIGTERM)
         exit_code = running.process.wait(timeout=30)
     assert exit_code == 0

@@ -17,7 +17,6 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
-import httpx
 import httpx2
 import pytest
 from mcp import Client, MCPError
@@ -67,8 +66,8 @@ async def _legacy_client(url: str, token: str, **options: Any) -> AsyncIterator[
 
 
 @pytest.fixture
-def http() -> Iterator[httpx.Client]:
-    with httpx.Client(timeout=CALL_BOUND) as client:
+def http() -> Iterator[httpx2.Client]:
+    with httpx2.Client(timeout=CALL_BOUND) as client:
         yield client
 
 
@@ -136,7 +135,7 @@ async def test_checkout_tells_a_2025_11_25_client_it_needs_2026_07_28_and_change
 
 
 def test_the_legacy_handshake_mints_no_session_and_each_request_stands_alone(
-    http: httpx.Client, server: RunningServer, token: str
+    http: httpx2.Client, server: RunningServer, token: str
 ) -> None:
     initialized = http.post(server.mcp_url, headers=_legacy_headers(token, version=None), json=_initialize())
     assert initialized.status_code == 200
@@ -159,7 +158,7 @@ def test_the_legacy_handshake_mints_no_session_and_each_request_stands_alone(
         assert response_message(listed)["result"]["tools"]
 
 
-def test_legacy_requests_still_need_a_valid_token_when_served(http: httpx.Client, server: RunningServer) -> None:
+def test_legacy_requests_still_need_a_valid_token_when_served(http: httpx2.Client, server: RunningServer) -> None:
     response = http.post(server.mcp_url, headers=_legacy_headers(None, version=None), json=_initialize())
     assert response.status_code == 401
     assert "resource_metadata=" in response.headers["www-authenticate"]
@@ -182,7 +181,7 @@ async def rejecting_token(devidp: DevIdP, rejecting_server: RunningServer) -> st
     return await devidp.token("legacy-refused", resource=devidp.resources[0], audience=rejecting_server.mcp_url)
 
 
-def _assert_refused(response: httpx.Response, request_id: object, requested: str | None) -> None:
+def _assert_refused(response: httpx2.Response, request_id: object, requested: str | None) -> None:
     assert response.status_code == 400
     assert response.headers["content-type"].startswith("application/json")
     assert "mcp-session-id" not in response.headers
@@ -196,7 +195,7 @@ def _assert_refused(response: httpx.Response, request_id: object, requested: str
 
 
 def test_reject_mode_answers_initialize_with_400_naming_the_supported_version(
-    http: httpx.Client, rejecting_server: RunningServer, rejecting_token: str
+    http: httpx2.Client, rejecting_server: RunningServer, rejecting_token: str
 ) -> None:
     token = rejecting_token
     response = http.post(rejecting_server.mcp_url, headers=_legacy_headers(token, version=None), json=_initialize(7))
@@ -205,7 +204,7 @@ def test_reject_mode_answers_initialize_with_400_naming_the_supported_version(
 
 @pytest.mark.parametrize("version", ["2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"])
 def test_reject_mode_refuses_every_request_of_a_handshake_era_version(
-    http: httpx.Client, rejecting_server: RunningServer, rejecting_token: str, version: str
+    http: httpx2.Client, rejecting_server: RunningServer, rejecting_token: str, version: str
 ) -> None:
     token = rejecting_token
     call = {"jsonrpc": "2.0", "id": "c-1", "method": "tools/call", "params": {"name": "cart_create", "arguments": {}}}
@@ -220,13 +219,13 @@ def test_reject_mode_refuses_every_request_of_a_handshake_era_version(
     )
 
 
-def test_reject_mode_refuses_before_authentication(http: httpx.Client, rejecting_server: RunningServer) -> None:
+def test_reject_mode_refuses_before_authentication(http: httpx2.Client, rejecting_server: RunningServer) -> None:
     response = http.post(rejecting_server.mcp_url, headers=_legacy_headers(None, version=None), json=_initialize(3))
     _assert_refused(response, 3, LEGACY_VERSION)
 
 
 def test_reject_mode_answers_a_modern_request_without_its_version_header_with_header_mismatch(
-    http: httpx.Client, rejecting_server: RunningServer, rejecting_token: str
+    http: httpx2.Client, rejecting_server: RunningServer, rejecting_token: str
 ) -> None:
     token = rejecting_token
     headers, body = _modern_request_without_version_header()
@@ -243,7 +242,7 @@ def _modern_request_without_version_header() -> tuple[dict[str, str], dict[str, 
 
 
 def test_reject_mode_still_answers_2026_07_28_requests(
-    http: httpx.Client, rejecting_server: RunningServer, rejecting_token: str
+    http: httpx2.Client, rejecting_server: RunningServer, rejecting_token: str
 ) -> None:
     response = post(http, rejecting_server.mcp_url, "server/discover", token=rejecting_token)
     assert response.status_code == 200

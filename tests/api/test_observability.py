@@ -21,7 +21,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, ClassVar
 
 import asyncpg
-import httpx
+import httpx2
 import pytest
 from mcp import Client
 from mcp.shared.exceptions import MCPError
@@ -142,7 +142,7 @@ async def test_each_tool_call_logs_one_json_line_with_its_request_id_tool_outcom
     observed: RunningServer, devidp: DevIdP, user: str, server_env: dict[str, str]
 ) -> None:
     token = await _token(devidp, observed, user)
-    with httpx.Client(timeout=15.0) as http:
+    with httpx2.Client(timeout=15.0) as http:
         created = post(http, observed.mcp_url, "tools/call", {"name": "cart_create", "arguments": {}}, token=token)
         missing = {"name": "cart_view", "arguments": {"cart_id": "cart_nope"}}
         failed = post(http, observed.mcp_url, "tools/call", missing, token=token)
@@ -215,7 +215,7 @@ async def test_log_level_warning_silences_info_from_every_logger(
 
 
 def _metrics(server: RunningServer) -> tuple[str, dict[tuple[str, tuple[tuple[str, str], ...]], float]]:
-    response = httpx.get(f"{server.base_url}/metrics", timeout=10.0)
+    response = httpx2.get(f"{server.base_url}/metrics", timeout=10.0)
     assert response.status_code == 200
     assert response.headers["content-type"].startswith("text/plain")
     samples = {
@@ -239,7 +239,7 @@ async def test_metrics_count_calls_errors_and_latency_per_tool_without_caller_st
         await client.call_tool("cart_create", {})
         await client.call_tool("cart_view", {"cart_id": "cart_nope"})
     token = await _token(devidp, observed, user)
-    with httpx.Client(timeout=15.0) as http:
+    with httpx2.Client(timeout=15.0) as http:
         unknown = {"name": made_up_tool, "arguments": {}}
         assert response_message(post(http, observed.mcp_url, "tools/call", unknown, token=token))["result"]["isError"]
         # No elicitation capability declared: a JSON-RPC error (-32021), not a tool result.
@@ -286,7 +286,7 @@ async def test_pool_gauges_show_connections_in_use_and_callers_waiting(
     headers["Authorization"] = f"Bearer {token}"
     locker = await asyncpg.connect(server_env["DATABASE_URL"])
     try:
-        async with httpx.AsyncClient(timeout=30.0) as http:
+        async with httpx2.AsyncClient(timeout=30.0) as http:
             transaction = locker.transaction()
             await transaction.start()
             await locker.execute("LOCK TABLE cart IN ACCESS EXCLUSIVE MODE")  # every cart query now waits
@@ -338,7 +338,7 @@ async def test_a_refused_token_refresh_is_counted(
 
 
 def test_metrics_are_off_by_default(server: RunningServer) -> None:
-    assert httpx.get(f"{server.base_url}/metrics", timeout=10.0).status_code == 404
+    assert httpx2.get(f"{server.base_url}/metrics", timeout=10.0).status_code == 404
 
 
 # --- traces ----------------------------------------------------------------------------------------------------

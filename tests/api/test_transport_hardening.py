@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from typing import Any
 from urllib.parse import urlsplit
 
-import httpx
+import httpx2
 import pytest
 
 from api.settings import Settings
@@ -27,8 +27,8 @@ CACHEABLE = ("server/discover", "tools/list")
 
 
 @pytest.fixture
-def http() -> Iterator[httpx.Client]:
-    with httpx.Client(timeout=15.0) as client:
+def http() -> Iterator[httpx2.Client]:
+    with httpx2.Client(timeout=15.0) as client:
         yield client
 
 
@@ -37,7 +37,7 @@ async def token(devidp: DevIdP, server: RunningServer) -> str:
     return await devidp.token(f"edge-{uuid.uuid4().hex[:8]}", resource=server.mcp_url)
 
 
-def _error(response: httpx.Response) -> dict[str, Any]:
+def _error(response: httpx2.Response) -> dict[str, Any]:
     body: dict[str, Any] = response.json()
     assert isinstance(body["error"], dict)
     return body
@@ -68,7 +68,7 @@ async def proxied_token(devidp: DevIdP) -> str:
 
 @pytest.mark.parametrize("host", [PUBLIC_HOST, "coatcheck.internal:8080"])
 def test_requests_for_the_public_domain_or_an_extra_allowed_host_are_served(
-    http: httpx.Client, proxied_server: RunningServer, proxied_token: str, host: str
+    http: httpx2.Client, proxied_server: RunningServer, proxied_token: str, host: str
 ) -> None:
     response = post(http, proxied_server.mcp_url, "tools/list", token=proxied_token, extra_headers={"Host": host})
     assert response.status_code == 200
@@ -77,7 +77,7 @@ def test_requests_for_the_public_domain_or_an_extra_allowed_host_are_served(
 
 @pytest.mark.parametrize("host", ["127.0.0.1", "mcp.example.com.evil.test", "localhost:8000"])
 def test_any_other_host_is_refused_even_with_a_valid_token(
-    http: httpx.Client, proxied_server: RunningServer, proxied_token: str, host: str
+    http: httpx2.Client, proxied_server: RunningServer, proxied_token: str, host: str
 ) -> None:
     response = post(http, proxied_server.mcp_url, "tools/list", token=proxied_token, extra_headers={"Host": host})
     assert response.status_code == 421
@@ -88,7 +88,7 @@ def test_any_other_host_is_refused_even_with_a_valid_token(
     [(f"https://{PUBLIC_HOST}", 200), ("https://app.example.com", 200), ("https://evil.example", 403), ("null", 403)],
 )
 def test_browser_origins_are_checked_against_the_public_url_and_allowed_origins(
-    http: httpx.Client, proxied_server: RunningServer, proxied_token: str, origin: str, status: int
+    http: httpx2.Client, proxied_server: RunningServer, proxied_token: str, origin: str, status: int
 ) -> None:
     headers = {"Host": PUBLIC_HOST, "Origin": origin}
     response = post(http, proxied_server.mcp_url, "tools/list", token=proxied_token, extra_headers=headers)
@@ -96,7 +96,7 @@ def test_browser_origins_are_checked_against_the_public_url_and_allowed_origins(
 
 
 def test_the_auth_challenge_and_resource_metadata_name_the_public_url(
-    http: httpx.Client, proxied_server: RunningServer
+    http: httpx2.Client, proxied_server: RunningServer
 ) -> None:
     challenge = post(http, proxied_server.mcp_url, "tools/list", extra_headers={"Host": PUBLIC_HOST})
     assert challenge.status_code == 401
@@ -110,7 +110,7 @@ def test_the_auth_challenge_and_resource_metadata_name_the_public_url(
 
 
 def test_discover_names_the_version_capabilities_and_server_with_cache_hints(
-    http: httpx.Client, server: RunningServer, token: str
+    http: httpx2.Client, server: RunningServer, token: str
 ) -> None:
     result = response_message(post(http, server.mcp_url, "server/discover", token=token))["result"]
     assert result["resultType"] == "complete"
@@ -122,7 +122,7 @@ def test_discover_names_the_version_capabilities_and_server_with_cache_hints(
 
 @pytest.mark.parametrize("method", CACHEABLE)
 def test_every_cacheable_result_carries_valid_private_cache_hints(
-    http: httpx.Client, server: RunningServer, token: str, method: str
+    http: httpx2.Client, server: RunningServer, token: str, method: str
 ) -> None:
     result = response_message(post(http, server.mcp_url, method, token=token))["result"]
     assert isinstance(result["ttlMs"], int)
@@ -147,7 +147,7 @@ def test_every_cacheable_result_carries_valid_private_cache_hints(
     ids=["method-mismatch", "method-case", "method-missing", "name-mismatch", "name-missing", "version-mismatch"],
 )
 def test_routing_headers_that_disagree_with_the_body_get_400_header_mismatch(
-    http: httpx.Client,
+    http: httpx2.Client,
     server: RunningServer,
     token: str,
     method: str,
@@ -175,7 +175,7 @@ def test_routing_headers_that_disagree_with_the_body_get_400_header_mismatch(
     assert _cart_count(http, server, token) == carts_before  # the mismatched call did not run
 
 
-def _cart_count(http: httpx.Client, server: RunningServer, token: str) -> int:
+def _cart_count(http: httpx2.Client, server: RunningServer, token: str) -> int:
     result = response_message(post(http, server.mcp_url, "tools/call", {"name": "cart_list"}, token=token))
     return len(result["result"]["structuredContent"]["carts"])
 
@@ -183,7 +183,7 @@ def _cart_count(http: httpx.Client, server: RunningServer, token: str) -> int:
 def test_a_routing_header_with_surrounding_whitespace_is_accepted(server: RunningServer, token: str) -> None:
     headers, body = modern_request("tools/call", {"name": "cart_list", "arguments": {}})
     headers.update({"Authorization": f"Bearer {token}", "Mcp-Name": "  cart_list\t"})
-    # httpx will not send such a value, so this one goes over a plain socket.
+    # httpx2 will not send such a value, so this one goes over a plain socket.
     assert _raw_post_status(server.mcp_url, headers, json.dumps(body).encode()) == 200
 
 
@@ -238,7 +238,7 @@ def _padded_request(size: int) -> tuple[dict[str, str], bytes]:
 
 @pytest.mark.parametrize("authenticated", [True, False])
 def test_a_body_over_the_limit_is_refused_with_413_before_anything_else(
-    http: httpx.Client, small_limit_server: RunningServer, small_limit_token: str, authenticated: bool
+    http: httpx2.Client, small_limit_server: RunningServer, small_limit_token: str, authenticated: bool
 ) -> None:
     headers, content = _padded_request(SMALL_LIMIT + 1)
     if authenticated:
@@ -249,7 +249,7 @@ def test_a_body_over_the_limit_is_refused_with_413_before_anything_else(
 
 
 def test_a_body_at_the_limit_is_served(
-    http: httpx.Client, small_limit_server: RunningServer, small_limit_token: str
+    http: httpx2.Client, small_limit_server: RunningServer, small_limit_token: str
 ) -> None:
     headers, content = _padded_request(SMALL_LIMIT)
     headers["Authorization"] = f"Bearer {small_limit_token}"
@@ -260,7 +260,7 @@ def test_a_body_at_the_limit_is_served(
 
 @pytest.mark.parametrize("protocol_version", [PROTOCOL_VERSION, "2025-11-25"])
 def test_a_streamed_body_without_content_length_is_cut_off_at_the_limit(
-    http: httpx.Client, small_limit_server: RunningServer, small_limit_token: str, protocol_version: str
+    http: httpx2.Client, small_limit_server: RunningServer, small_limit_token: str, protocol_version: str
 ) -> None:
     headers, content = _padded_request(SMALL_LIMIT * 4)
     headers.update({"Authorization": f"Bearer {small_limit_token}", "MCP-Protocol-Version": protocol_version})
@@ -291,7 +291,7 @@ async def test_sigterm_with_a_request_in_flight_exits_within_the_shutdown_timeou
         headers["Authorization"] = f"Bearer {token}"
         # A listen stream never finishes on its own: the slowest request there is.
         async with (
-            httpx.AsyncClient(timeout=httpx.Timeout(30.0)) as http,
+            httpx2.AsyncClient(timeout=httpx2.Timeout(30.0)) as http,
             http.stream("POST", running.mcp_url, headers=headers, json=body) as stream,
         ):
             assert stream.status_code == 200
@@ -303,7 +303,7 @@ async def test_sigterm_with_a_request_in_flight_exits_within_the_shutdown_timeou
             started = time.monotonic()
             running.process.send_signal(signal.SIGTERM)
             # The server ends the stream when the grace period is over (abruptly: it is cancelled).
-            with contextlib.suppress(httpx.RemoteProtocolError, httpx.ReadError):
+            with contextlib.suppress(httpx2.RemoteProtocolError, httpx2.ReadError):
                 async for _ in lines:
                     pass
             exit_code = await asyncio.to_thread(running.process.wait, SHUTDOWN_TIMEOUT + EXIT_MARGIN)

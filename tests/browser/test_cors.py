@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-import httpx
+import httpx2
 import pytest
 from playwright.async_api import Browser
 
@@ -167,7 +167,7 @@ async def test_the_foreign_origin_gets_403_on_the_wire_and_the_allowed_preflight
     allowed, foreign = page_origins
     token = await _token(devidp, cors_server)
     requested = "authorization, content-type, mcp-protocol-version, mcp-method, mcp-name, mcp-param-region, x-other"
-    async with httpx.AsyncClient(timeout=30) as http:
+    async with httpx2.AsyncClient(timeout=30) as http:
         preflight = await http.options(
             cors_server.mcp_url,
             headers={

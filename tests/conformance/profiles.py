@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
+import httpx2
 
 from tests.support.devidp import DevIdP
 from tests.support.waiting import free_port, wait_until
@@ -66,8 +66,8 @@ def _answers(url: str, *processes: subprocess.Popen[bytes]) -> bool:
         if process.poll() is not None:
             raise RuntimeError(f"{process.args!r} exited with {process.returncode} before answering")
     try:
-        return httpx.get(url, timeout=1.0).status_code == 200
-    except httpx.HTTPError:
+        return httpx2.get(url, timeout=1.0).status_code == 200
+    except httpx2.HTTPError:
         return False
 
 

@@ -12,7 +12,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-import httpx
+import httpx2
 import pytest
 
 from tests.conformance.profiles import ProxiedServer
@@ -179,7 +179,7 @@ def test_dns_rebinding_probes_are_refused_by_coatcheck_itself_behind_the_proxy(
 
 
 def test_the_production_app_lists_no_conformance_fixture(production_profile: ProxiedServer) -> None:
-    with httpx.Client(timeout=15.0) as http:
+    with httpx2.Client(timeout=15.0) as http:
         answers = {
             method: response_message(post(http, production_profile.mcp_url, method))
             for method in ("tools/list", "prompts/list", "resources/list", "resources/templates/list")

@@ -14,7 +14,6 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 import asyncpg
-import httpx
 import httpx2
 import pytest
 from mcp import Client
@@ -154,7 +153,7 @@ def _warm_up(deployment: Deployment, tokens: list[str]) -> LoadStats:
 
 def _cart_view_request(deployment: Deployment, token: str) -> tuple[dict[str, str], dict[str, Any]]:
     """Headers and body of a ``cart_view`` call on a fresh one-line cart of the token's user (checked once)."""
-    with httpx.Client(timeout=10) as http:
+    with httpx2.Client(timeout=10) as http:
         create = {"name": "cart_create", "arguments": {}}
         created = response_message(post(http, deployment.mcp_url, "tools/call", create, token=token))
         cart = {"cart_id": created["result"]["structuredContent"]["cart_id"]}

@@ -14,7 +14,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-import httpx
+import httpx2
 import pytest
 
 from tests.conformance.node_tools import INTEROP_DIR, ensure_typescript_client
@@ -100,7 +100,7 @@ async def test_the_typescript_client_completes_checkout_through_its_own_input_re
     node: Path, server: RunningServer, devidp: DevIdP
 ) -> None:
     token = await devidp.token("ts-probe", resource=server.mcp_url)
-    with httpx.Client(timeout=15.0) as http:
+    with httpx2.Client(timeout=15.0) as http:
         tools = response_message(post(http, server.mcp_url, "tools/list", token=token))["result"]["tools"]
     if "cart_checkout" not in {tool["name"] for tool in tools}:
         pytest.skip("cart_checkout is not registered on this server yet (tools/list checked at run time)")

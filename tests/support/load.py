@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-import httpx
+import httpx2
 
 from tests.support.haproxy import REPLICA_HEADER
 from tests.support.waiting import wait_until
@@ -74,7 +74,7 @@ class LoadStats:
 class Shopper:
     """One user's flow against ``mcp_url``."""
 
-    def __init__(self, http: httpx.AsyncClient, mcp_url: str, token: str, stats: LoadStats) -> None:
+    def __init__(self, http: httpx2.AsyncClient, mcp_url: str, token: str, stats: LoadStats) -> None:
         self.http = http
         self.mcp_url = mcp_url
         self.token = token
@@ -96,7 +96,7 @@ class Shopper:
             if result.get("isError"):
                 texts = [c.get("text", "") for c in result.get("content", [])]
                 raise FlowError(f"tool error: {' '.join(texts)[:200]}")
-        except (httpx.HTTPError, FlowError, ValueError, KeyError) as exc:
+        except (httpx2.HTTPError, FlowError, ValueError, KeyError) as exc:
             self.stats.outcomes.append(Outcome(time.monotonic(), tool, replica, f"{type(exc).__name__}: {exc}"))
             raise FlowError(str(exc)) from None
         self.stats.outcomes.append(Outcome(time.monotonic(), tool, replica, None))
@@ -118,8 +118,8 @@ class Shopper:
 
 
 async def _shop_until(stop: threading.Event, mcp_url: str, tokens: Sequence[str], stats: LoadStats) -> None:
-    limits = httpx.Limits(max_connections=len(tokens), max_keepalive_connections=len(tokens))
-    async with httpx.AsyncClient(timeout=httpx.Timeout(30.0), limits=limits) as http:
+    limits = httpx2.Limits(max_connections=len(tokens), max_keepalive_connections=len(tokens))
+    async with httpx2.AsyncClient(timeout=httpx2.Timeout(30.0), limits=limits) as http:
 
         async def shopper(token: str) -> None:
             me = Shopper(http, mcp_url, token, stats)

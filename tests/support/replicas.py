@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
+import httpx2
 
 from tests.support import figures
 from tests.support.devidp import DevIdP
@@ -59,8 +59,8 @@ class Replica:
             if process.poll() is not None:
                 raise RuntimeError(f"{self.name} exited with {process.returncode}:\n{self.log_text()[-3000:]}")
             try:
-                return httpx.get(f"{self.url}/healthz", timeout=1).status_code == 200
-            except httpx.HTTPError:
+                return httpx2.get(f"{self.url}/healthz", timeout=1).status_code == 200
+            except httpx2.HTTPError:
                 return False
 
         wait_until(healthy, timeout=START_TIMEOUT, what=f"replica {self.name} on port {self.port}")

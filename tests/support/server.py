@@ -9,7 +9,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
+import httpx2
 
 from tests.support.waiting import free_port, wait_until
 
@@ -34,8 +34,8 @@ def _healthy(url: str, process: subprocess.Popen[bytes]) -> bool:
     if process.poll() is not None:
         raise RuntimeError(f"coatcheck serve exited with {process.returncode} before becoming healthy")
     try:
-        return httpx.get(f"{url}/healthz", timeout=1.0).status_code == 200
-    except httpx.HTTPError:
+        return httpx2.get(f"{url}/healthz", timeout=1.0).status_code == 200
+    except httpx2.HTTPError:
         return False
 
 

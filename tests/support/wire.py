@@ -4,7 +4,7 @@ import itertools
 import json
 from typing import Any
 
-import httpx
+import httpx2
 
 PROTOCOL_VERSION = "2026-07-28"
 _ids = itertools.count(1)
@@ -37,7 +37,7 @@ def modern_request(
     return headers, body
 
 
-def response_message(response: httpx.Response) -> dict[str, Any]:
+def response_message(response: httpx2.Response) -> dict[str, Any]:
     """The final JSON-RPC message of a response, whether sent as JSON or as an SSE stream."""
     if response.headers.get("content-type", "").startswith("text/event-stream"):
         messages = [
@@ -52,7 +52,7 @@ def response_message(response: httpx.Response) -> dict[str, Any]:
 
 
 def post(
-    client: httpx.Client,
+    client: httpx2.Client,
     url: str,
     method: str,
     params: dict[str, Any] | None = None,
@@ -60,7 +60,7 @@ def post(
     token: str | None = None,
     capabilities: dict[str, Any] | None = None,
     extra_headers: dict[str, str] | None = None,
-) -> httpx.Response:
+) -> httpx2.Response:
     """Send one modern request and return the raw HTTP response."""
     headers, body = modern_request(method, params, capabilities=capabilities)
     if token is not None:

@@ -7,7 +7,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
-import yaml
+import yaml  # type: ignore[import-untyped]
 from pydantic_core import PydanticUndefined
 
 from api.cli import main as cli_main
@@ -72,7 +72,8 @@ def test_the_app_service_sets_every_required_setting_and_they_validate(
     assert required <= set(app_env), f"missing in compose app: {required - set(app_env)}"
     for name, value in app_env.items():  # provider secrets are read from the environment by name
         monkeypatch.setenv(name, value)
-    settings = Settings(**{k.lower(): v for k, v in app_env.items()})
+    fields: dict[str, Any] = {k.lower(): v for k, v in app_env.items()}  # strings, as from the environment
+    settings = Settings(**fields)
     assert settings.mcp_resource_url == "http://localhost:8000/mcp"
 
 

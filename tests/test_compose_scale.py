@@ -11,7 +11,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
-import yaml
+import yaml  # type: ignore[import-untyped]
 from pydantic_core import PydanticUndefined
 
 from api.settings import Settings
@@ -63,7 +63,8 @@ def test_the_replicas_settings_validate_and_every_replica_shares_one_configurati
     assert required <= set(env), f"missing in compose.scale app: {required - set(env)}"
     for name, value in env.items():
         monkeypatch.setenv(name, value)
-    settings = Settings(**{k.lower(): v for k, v in env.items()})
+    fields: dict[str, Any] = {k.lower(): v for k, v in env.items()}  # strings, as from the environment
+    settings = Settings(**fields)
     assert settings.db_pooler_mode == "transaction"
     assert settings.shutdown_drain_seconds > 0
     assert app["deploy"]["replicas"] >= 2

@@ -16,7 +16,7 @@ import sys
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
-import asyncpg
+import asyncpg  # type: ignore[import-untyped]
 import pytest
 from playwright.async_api import Browser, async_playwright
 from sqlalchemy.engine import make_url

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx2
-import psutil
+import psutil  # type: ignore[import-untyped]
 import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
@@ -81,7 +81,8 @@ def coatcheck_dev(data_dir: Path, cwd: Path, port: int, idp_port: int) -> Iterat
     )
     run = DevRun(process=process, port=port, idp_port=idp_port)
     assert process.stdout is not None
-    reader = threading.Thread(target=lambda: run.lines.extend(iter(process.stdout.readline, "")), daemon=True)
+    stdout = process.stdout
+    reader = threading.Thread(target=lambda: run.lines.extend(iter(stdout.readline, "")), daemon=True)
     reader.start()
     try:
 

@@ -9,11 +9,11 @@ import re
 import subprocess
 import sys
 import tempfile
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from datetime import timedelta
 
 import pytest
-from sqlalchemy import func, insert, select, text, update
+from sqlalchemy import Table, func, insert, select, text, update
 
 from api.commands.purge import RetentionPolicy, purge
 from store.audit import AuditRepository
@@ -52,14 +52,12 @@ async def scratch(scratch_url: str) -> AsyncIterator[Database]:
     await database.dispose()
 
 
-async def _age(database: Database, table: object, column: str, handle_column: str, handle: object, ago: str) -> None:
+async def _age(database: Database, table: Table, column: str, handle_column: str, handle: object, ago: str) -> None:
     async with database.one_statement() as conn:
         await conn.execute(
             update(table)
             .where(getattr(table.c, handle_column) == handle)
-            .values(  # type: ignore[attr-defined]
-                {column: func.now() - text(f"interval '{ago}'")}
-            )
+            .values({column: func.now() - text(f"interval '{ago}'")})
         )
 
 
@@ -77,15 +75,17 @@ async def _new_cart(
 
     async def confirm() -> OrderReceipt:
         async with database.transaction() as conn:
-            return await OrderRepository(conn).place(ALICE, quote, nonce=nonce)
+            placed = await OrderRepository(conn).place(ALICE, quote, nonce=nonce)
+            assert isinstance(placed, OrderReceipt), placed
+            return placed
 
     order = (await confirm()).handle if checked_out else None
     return handle, order, confirm
 
 
-async def _remaining(database: Database, table: object, column: str, values: list[object]) -> set[object]:
+async def _remaining(database: Database, table: Table, column: str, values: Sequence[object]) -> set[object]:
     async with database.one_statement() as conn:
-        col = getattr(table.c, column)  # type: ignore[attr-defined]
+        col = getattr(table.c, column)
         return set((await conn.execute(select(col).where(col.in_(values)))).scalars())
 
 

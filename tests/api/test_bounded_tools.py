@@ -4,39 +4,27 @@ import json
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
-from typing import Any
 
 import httpx2
 import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
-from mcp.types import CallToolResult, TextContent
+from mcp.types import TextContent
 
 from tests.support.devidp import DevIdP
-from tests.support.mcp_client import McpClientFactory
+from tests.support.mcp_client import McpClientFactory, call_ok, text_of
 from tests.support.server import RunningServer, run_server
 from tests.support.waiting import free_port
 
 
-def _text(result: CallToolResult) -> str:
-    return " ".join(block.text for block in result.content if isinstance(block, TextContent))
-
-
-async def _ok(client: Client, tool: str, arguments: dict[str, Any] | None = None) -> dict[str, Any]:
-    result = await client.call_tool(tool, arguments or {})
-    assert not result.is_error, _text(result)
-    assert result.structured_content is not None
-    return result.structured_content
-
-
 async def test_cart_list_pages_newest_first_and_the_last_page_has_a_null_cursor(mcp_client: McpClientFactory) -> None:
     async with mcp_client() as client:
-        made = [(await _ok(client, "cart_create"))["cart_id"] for _ in range(5)]
+        made = [(await call_ok(client, "cart_create"))["cart_id"] for _ in range(5)]
         seen: list[str] = []
         cursor = None
         sizes = []
         while True:
-            page = await _ok(client, "cart_list", {"limit": 2, **({"cursor": cursor} if cursor else {})})
+            page = await call_ok(client, "cart_list", {"limit": 2, **({"cursor": cursor} if cursor else {})})
             sizes.append(len(page["carts"]))
             seen += [cart["cart_id"] for cart in page["carts"]]
             cursor = page["next_cursor"]
@@ -49,26 +37,26 @@ async def test_cart_list_pages_newest_first_and_the_last_page_has_a_null_cursor(
 async def test_a_foreign_cursor_is_refused_with_a_clear_error(mcp_client: McpClientFactory) -> None:
     async with mcp_client() as alice:
         for _ in range(2):
-            await _ok(alice, "cart_create")
-        alices_cursor = (await _ok(alice, "cart_list", {"limit": 1}))["next_cursor"]
+            await call_ok(alice, "cart_create")
+        alices_cursor = (await call_ok(alice, "cart_list", {"limit": 1}))["next_cursor"]
         as_order_cursor = await alice.call_tool("order_list", {"cursor": alices_cursor})
     async with mcp_client() as bob:
-        await _ok(bob, "cart_create")
+        await call_ok(bob, "cart_create")
         foreign = await bob.call_tool("cart_list", {"cursor": alices_cursor})
         damaged = await bob.call_tool("cart_list", {"cursor": alices_cursor[:-2] + "AA"})
     assert foreign.is_error
     assert foreign.structured_content is None
-    assert "This cursor was not issued to you by cart_list" in _text(foreign)
-    assert "call cart_list without a cursor" in _text(foreign)
-    assert _text(damaged) == _text(foreign)
+    assert "This cursor was not issued to you by cart_list" in text_of(foreign)
+    assert "call cart_list without a cursor" in text_of(foreign)
+    assert text_of(damaged) == text_of(foreign)
     assert as_order_cursor.is_error
-    assert "not issued to you by order_list" in _text(as_order_cursor)
+    assert "not issued to you by order_list" in text_of(as_order_cursor)
 
 
 async def test_tool_text_is_compact_json_of_the_structured_content(mcp_client: McpClientFactory) -> None:
     async with mcp_client() as client:
-        cart_id = (await _ok(client, "cart_create"))["cart_id"]
-        await _ok(client, "cart_set_item", {"cart_id": cart_id, "sku": "hat-beanie", "quantity": 2})
+        cart_id = (await call_ok(client, "cart_create"))["cart_id"]
+        await call_ok(client, "cart_set_item", {"cart_id": cart_id, "sku": "hat-beanie", "quantity": 2})
         for tool, arguments in [
             ("cart_view", {"cart_id": cart_id}),
             ("cart_list", {}),
@@ -77,7 +65,7 @@ async def test_tool_text_is_compact_json_of_the_structured_content(mcp_client: M
             ("connection_list", {}),
         ]:
             result = await client.call_tool(tool, arguments)
-            assert not result.is_error, _text(result)
+            assert not result.is_error, text_of(result)
             (block,) = result.content
             assert isinstance(block, TextContent)
             assert json.loads(block.text) == result.structured_content, tool
@@ -88,10 +76,10 @@ async def test_tool_text_is_compact_json_of_the_structured_content(mcp_client: M
 async def test_a_retried_cart_create_with_the_same_key_returns_the_same_cart(mcp_client: McpClientFactory) -> None:
     key = str(uuid.uuid4())
     async with mcp_client() as client:
-        first = await _ok(client, "cart_create", {"idempotency_key": key})
-        again = await _ok(client, "cart_create", {"idempotency_key": key})
-        other = await _ok(client, "cart_create", {"idempotency_key": str(uuid.uuid4())})
-        listed = (await _ok(client, "cart_list"))["carts"]
+        first = await call_ok(client, "cart_create", {"idempotency_key": key})
+        again = await call_ok(client, "cart_create", {"idempotency_key": key})
+        other = await call_ok(client, "cart_create", {"idempotency_key": str(uuid.uuid4())})
+        listed = (await call_ok(client, "cart_list"))["carts"]
     assert first == again
     assert other != first
     assert len(listed) == 2
@@ -99,12 +87,12 @@ async def test_a_retried_cart_create_with_the_same_key_returns_the_same_cart(mcp
 
 async def test_a_repeated_cart_delete_succeeds_with_deleted_false(mcp_client: McpClientFactory) -> None:
     async with mcp_client() as client:
-        cart_id = (await _ok(client, "cart_create"))["cart_id"]
-        assert await _ok(client, "cart_delete", {"cart_id": cart_id}) == {"cart_id": cart_id, "deleted": True}
-        assert await _ok(client, "cart_delete", {"cart_id": cart_id}) == {"cart_id": cart_id, "deleted": False}
+        cart_id = (await call_ok(client, "cart_create"))["cart_id"]
+        assert await call_ok(client, "cart_delete", {"cart_id": cart_id}) == {"cart_id": cart_id, "deleted": True}
+        assert await call_ok(client, "cart_delete", {"cart_id": cart_id}) == {"cart_id": cart_id, "deleted": False}
         gone = await client.call_tool("cart_view", {"cart_id": cart_id})
     assert gone.is_error
-    assert "No cart with id" in _text(gone)
+    assert "No cart with id" in text_of(gone)
 
 
 @pytest.fixture(scope="module")
@@ -127,21 +115,21 @@ async def test_the_open_cart_cap_is_a_tool_error_that_says_what_to_do(
     capped_server: RunningServer, devidp: DevIdP, public_url: str
 ) -> None:
     async with _client(capped_server, devidp, f"{public_url}/mcp") as client:
-        first = (await _ok(client, "cart_create"))["cart_id"]
-        await _ok(client, "cart_create")
+        first = (await call_ok(client, "cart_create"))["cart_id"]
+        await call_ok(client, "cart_create")
         refused = await client.call_tool("cart_create", {})
-        await _ok(client, "cart_delete", {"cart_id": first})
-        await _ok(client, "cart_create")
+        await call_ok(client, "cart_delete", {"cart_id": first})
+        await call_ok(client, "cart_create")
     assert refused.is_error
-    assert "You already have 2 open carts, the most allowed" in _text(refused)
-    assert "cart_delete" in _text(refused)
+    assert "You already have 2 open carts, the most allowed" in text_of(refused)
+    assert "cart_delete" in text_of(refused)
 
 
 async def test_nul_bytes_and_integers_past_int32_are_validation_errors_with_no_traceback_in_the_log(
     capped_server: RunningServer, devidp: DevIdP, public_url: str
 ) -> None:
     async with _client(capped_server, devidp, f"{public_url}/mcp") as client:
-        cart_id = (await _ok(client, "cart_create"))["cart_id"]
+        cart_id = (await call_ok(client, "cart_create"))["cart_id"]
         calls = [
             ("catalog_search", {"query": "co\x00at"}),
             ("cart_set_item", {"cart_id": cart_id, "sku": "hat\x00", "quantity": 1}),
@@ -159,8 +147,8 @@ async def test_nul_bytes_and_integers_past_int32_are_validation_errors_with_no_t
         for tool, arguments in calls:
             result = await client.call_tool(tool, arguments)
             assert result.is_error, (tool, arguments)
-            assert "validation error" in _text(result), (tool, _text(result))
-        cart = await _ok(client, "cart_view", {"cart_id": cart_id})
+            assert "validation error" in text_of(result), (tool, text_of(result))
+        cart = await call_ok(client, "cart_view", {"cart_id": cart_id})
     assert cart["version"] == 1  # nothing was written
     log = capped_server.log_text()
     assert "rejected arguments" in log

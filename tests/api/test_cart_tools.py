@@ -1,22 +1,6 @@
 """Cart tools end to end: the official ``mcp`` SDK client, real HTTP, a running server, PostgreSQL."""
 
-from typing import Any
-
-from mcp import Client
-from mcp.types import CallToolResult, TextContent
-
-from tests.support.mcp_client import McpClientFactory
-
-
-def _text(result: CallToolResult) -> str:
-    return " ".join(block.text for block in result.content if isinstance(block, TextContent))
-
-
-async def _ok(client: Client, tool: str, arguments: dict[str, Any] | None = None) -> dict[str, Any]:
-    result = await client.call_tool(tool, arguments or {})
-    assert not result.is_error, _text(result)
-    assert result.structured_content is not None
-    return result.structured_content
+from tests.support.mcp_client import McpClientFactory, call_ok, text_of
 
 
 async def test_tools_are_listed_with_input_and_output_schemas(mcp_client: McpClientFactory) -> None:
@@ -34,18 +18,18 @@ async def test_tools_are_listed_with_input_and_output_schemas(mcp_client: McpCli
 
 async def test_create_fill_view_list_and_delete_a_cart_by_handle(mcp_client: McpClientFactory) -> None:
     async with mcp_client() as client:
-        products = (await _ok(client, "catalog_search", {"query": "scarf"}))["products"]
+        products = (await call_ok(client, "catalog_search", {"query": "scarf"}))["products"]
         assert [p["sku"] for p in products] == ["scarf-cashmere"]
 
-        cart_id = (await _ok(client, "cart_create"))["cart_id"]
+        cart_id = (await call_ok(client, "cart_create"))["cart_id"]
         assert cart_id.startswith("cart_")
-        await _ok(client, "cart_set_item", {"cart_id": cart_id, "sku": "scarf-cashmere", "quantity": 2})
-        cart = await _ok(client, "cart_set_item", {"cart_id": cart_id, "sku": "hat-beanie", "quantity": 1})
+        await call_ok(client, "cart_set_item", {"cart_id": cart_id, "sku": "scarf-cashmere", "quantity": 2})
+        cart = await call_ok(client, "cart_set_item", {"cart_id": cart_id, "sku": "hat-beanie", "quantity": 1})
         assert cart["total_cents"] == 2 * 6500 + 1800
         assert cart["currency"] == "USD"
         assert cart["version"] == 3
 
-        viewed = await _ok(client, "cart_view", {"cart_id": cart_id})
+        viewed = await call_ok(client, "cart_view", {"cart_id": cart_id})
         assert viewed == cart
         assert viewed["items"] == [
             {
@@ -64,26 +48,26 @@ async def test_create_fill_view_list_and_delete_a_cart_by_handle(mcp_client: Mcp
             },
         ]
 
-        listed = (await _ok(client, "cart_list"))["carts"]
+        listed = (await call_ok(client, "cart_list"))["carts"]
         assert [(c["cart_id"], c["item_count"], c["total_cents"]) for c in listed] == [(cart_id, 3, 14800)]
 
-        assert await _ok(client, "cart_delete", {"cart_id": cart_id}) == {"cart_id": cart_id, "deleted": True}
-        assert (await _ok(client, "cart_list"))["carts"] == []
+        assert await call_ok(client, "cart_delete", {"cart_id": cart_id}) == {"cart_id": cart_id, "deleted": True}
+        assert (await call_ok(client, "cart_list"))["carts"] == []
 
 
 async def test_retrying_set_item_has_the_effect_of_one_call(mcp_client: McpClientFactory) -> None:
     async with mcp_client() as client:
-        cart_id = (await _ok(client, "cart_create"))["cart_id"]
+        cart_id = (await call_ok(client, "cart_create"))["cart_id"]
         arguments = {"cart_id": cart_id, "sku": "gloves-leather", "quantity": 4}
-        first = await _ok(client, "cart_set_item", arguments)
-        second = await _ok(client, "cart_set_item", arguments)
+        first = await call_ok(client, "cart_set_item", arguments)
+        second = await call_ok(client, "cart_set_item", arguments)
     assert first["items"] == second["items"]
     assert second["total_cents"] == 4 * 4200
 
 
 async def test_bad_arguments_are_tool_errors_that_say_what_to_do(mcp_client: McpClientFactory) -> None:
     async with mcp_client() as client:
-        cart_id = (await _ok(client, "cart_create"))["cart_id"]
+        cart_id = (await call_ok(client, "cart_create"))["cart_id"]
         cases = {
             "unknown sku 'nope'; use catalog_search": {"cart_id": cart_id, "sku": "nope", "quantity": 1},
             "between 0 and 999; use 0 to remove": {"cart_id": cart_id, "sku": "hat-beanie", "quantity": 1000},
@@ -92,8 +76,8 @@ async def test_bad_arguments_are_tool_errors_that_say_what_to_do(mcp_client: Mcp
         for expected, arguments in cases.items():
             result = await client.call_tool("cart_set_item", arguments)
             assert result.is_error
-            assert expected.lower() in _text(result).lower()
-        assert (await _ok(client, "cart_view", {"cart_id": cart_id}))["version"] == 1
+            assert expected.lower() in text_of(result).lower()
+        assert (await call_ok(client, "cart_view", {"cart_id": cart_id}))["version"] == 1
 
 
 async def test_another_principal_cannot_view_change_list_or_delete_a_cart_and_sees_the_made_up_handle_error(
@@ -101,8 +85,8 @@ async def test_another_principal_cannot_view_change_list_or_delete_a_cart_and_se
 ) -> None:
     made_up = "cart_" + "Z" * 32
     async with mcp_client("alice") as alice:
-        alices_cart = (await _ok(alice, "cart_create"))["cart_id"]
-        await _ok(alice, "cart_set_item", {"cart_id": alices_cart, "sku": "hat-beanie", "quantity": 1})
+        alices_cart = (await call_ok(alice, "cart_create"))["cart_id"]
+        await call_ok(alice, "cart_set_item", {"cart_id": alices_cart, "sku": "hat-beanie", "quantity": 1})
 
     async with mcp_client("bob") as bob:
         for tool, extra in [
@@ -113,16 +97,16 @@ async def test_another_principal_cannot_view_change_list_or_delete_a_cart_and_se
             unknown = await bob.call_tool(tool, {"cart_id": made_up, **extra})
             assert foreign.is_error
             assert unknown.is_error
-            assert _text(foreign).replace(alices_cart, "<id>") == _text(unknown).replace(made_up, "<id>")
-            assert "No cart with id" in _text(foreign)
+            assert text_of(foreign).replace(alices_cart, "<id>") == text_of(unknown).replace(made_up, "<id>")
+            assert "No cart with id" in text_of(foreign)
             assert foreign.structured_content is None
         # Deleting is idempotent, so "not yours" answers like "already gone": deleted false, same text.
-        foreign_delete = await _ok(bob, "cart_delete", {"cart_id": alices_cart})
-        unknown_delete = await _ok(bob, "cart_delete", {"cart_id": made_up})
+        foreign_delete = await call_ok(bob, "cart_delete", {"cart_id": alices_cart})
+        unknown_delete = await call_ok(bob, "cart_delete", {"cart_id": made_up})
         assert foreign_delete == {"cart_id": alices_cart, "deleted": False}
         assert unknown_delete == {"cart_id": made_up, "deleted": False}
-        assert alices_cart not in str((await _ok(bob, "cart_list"))["carts"])
+        assert alices_cart not in str((await call_ok(bob, "cart_list"))["carts"])
 
     async with mcp_client("alice") as alice:
-        cart = await _ok(alice, "cart_view", {"cart_id": alices_cart})
+        cart = await call_ok(alice, "cart_view", {"cart_id": alices_cart})
     assert (cart["version"], cart["items"][0]["quantity"]) == (2, 1)

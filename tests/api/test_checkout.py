@@ -16,14 +16,14 @@ from mcp.types import (
     ElicitRequestFormParams,
     ElicitResult,
     InputRequiredResult,
-    TextContent,
+    InputResponses,
 )
 from sqlalchemy import func, select
 
 from store.db import Database
 from store.models import Order, table_of
 from tests.support.devidp import DevIdP
-from tests.support.mcp_client import McpClientFactory, connect
+from tests.support.mcp_client import McpClientFactory, call_ok, connect, text_of
 from tests.support.mrtr import ScriptedUser, another_instance, confirms, flip_one_character
 from tests.support.server import RunningServer
 from tests.support.waiting import eventually
@@ -33,21 +33,10 @@ INVALID_STATE = "Invalid or expired requestState"
 CANCELLED = "Checkout cancelled."
 
 
-def _text(result: CallToolResult) -> str:
-    return " ".join(block.text for block in result.content if isinstance(block, TextContent))
-
-
-async def _ok(client: Client, tool: str, arguments: dict[str, Any] | None = None) -> dict[str, Any]:
-    result = await client.call_tool(tool, arguments or {})
-    assert not result.is_error, _text(result)
-    assert result.structured_content is not None
-    return result.structured_content
-
-
 async def _cart(client: Client, lines: dict[str, int]) -> str:
-    cart_id: str = (await _ok(client, "cart_create"))["cart_id"]
+    cart_id: str = (await call_ok(client, "cart_create"))["cart_id"]
     for sku, quantity in lines.items():
-        await _ok(client, "cart_set_item", {"cart_id": cart_id, "sku": sku, "quantity": quantity})
+        await call_ok(client, "cart_set_item", {"cart_id": cart_id, "sku": sku, "quantity": quantity})
     return cart_id
 
 
@@ -62,7 +51,7 @@ async def _round_one(client: Client, cart_id: str) -> InputRequiredResult:
 async def _final_round(
     client: Client, cart_id: str, state: str | None, answer: ElicitResult | None = None, tool: str = "cart_checkout"
 ) -> CallToolResult | InputRequiredResult:
-    responses = {"confirm": answer if answer is not None else confirms(True)}
+    responses: InputResponses = {"confirm": answer if answer is not None else confirms(True)}
     return await client.session.call_tool(
         tool, {"cart_id": cart_id}, input_responses=responses, request_state=state, allow_input_required=True
     )
@@ -85,7 +74,7 @@ async def _orders_for(database: Database, cart_id: str) -> int:
 
 
 async def _status(client: Client, cart_id: str) -> tuple[str, int]:
-    cart = await _ok(client, "cart_view", {"cart_id": cart_id})
+    cart = await call_ok(client, "cart_view", {"cart_id": cart_id})
     return cart["status"], cart["version"]
 
 
@@ -105,12 +94,12 @@ async def test_the_sdk_client_confirms_through_its_elicitation_callback_and_the_
     async with mcp_client(elicitation_callback=user) as client:
         cart_id = await _cart(client, {"scarf-cashmere": 2, "hat-beanie": 1})
         result = await client.call_tool("cart_checkout", {"cart_id": cart_id})
-        assert not result.is_error, _text(result)
+        assert not result.is_error, text_of(result)
         placed = result.structured_content
         assert placed is not None
         assert placed == {"order_id": placed["order_id"], "total_cents": 14800, "currency": "USD", "status": "placed"}
         assert placed["order_id"].startswith("ord_")
-        assert _text(result) == f"Order {placed['order_id']} placed: total USD 148.00."
+        assert text_of(result) == f"Order {placed['order_id']} placed: total USD 148.00."
 
         [question] = user.questions
         assert question.message == "Place the order? 3 items, total USD 148.00."
@@ -124,9 +113,9 @@ async def test_the_sdk_client_confirms_through_its_elicitation_callback_and_the_
         assert await _status(client, cart_id) == ("checked_out", 4)
         change = await client.call_tool("cart_set_item", {"cart_id": cart_id, "sku": "hat-beanie", "quantity": 5})
         assert change.is_error
-        assert "checked out and can no longer be changed" in _text(change)
+        assert "checked out and can no longer be changed" in text_of(change)
 
-        order = await _ok(client, "order_view", {"order_id": placed["order_id"]})
+        order = await call_ok(client, "order_view", {"order_id": placed["order_id"]})
         assert (order["cart_id"], order["status"], order["item_count"], order["total_cents"]) == (
             cart_id,
             "placed",
@@ -137,7 +126,7 @@ async def test_the_sdk_client_confirms_through_its_elicitation_callback_and_the_
             ("hat-beanie", 1, 1800),
             ("scarf-cashmere", 2, 6500),
         ]
-        listed = (await _ok(client, "order_list"))["orders"]
+        listed = (await call_ok(client, "order_list"))["orders"]
         assert [(o["order_id"], o["item_count"], o["total_cents"]) for o in listed] == [(placed["order_id"], 3, 14800)]
     assert await _orders_for(database, cart_id) == 1
 
@@ -176,7 +165,7 @@ async def test_anything_but_accept_with_confirm_true_cancels_and_writes_nothing(
         cart_id = await _cart(client, {"hat-beanie": 2})
         result = await client.call_tool("cart_checkout", {"cart_id": cart_id})
         assert not result.is_error
-        assert _text(result) == CANCELLED
+        assert text_of(result) == CANCELLED
         assert result.structured_content == {
             "order_id": None,
             "total_cents": 3600,
@@ -201,7 +190,7 @@ async def test_a_retry_without_an_answer_cancels(mcp_client: McpClientFactory, d
                 allow_input_required=True,
             )
             assert isinstance(result, CallToolResult)
-            assert _text(result) == CANCELLED
+            assert text_of(result) == CANCELLED
     assert await _orders_for(database, cart_id) == 0
 
 
@@ -211,7 +200,7 @@ async def test_an_empty_cart_is_a_tool_error_that_says_to_add_items_first(mcp_cl
         cart_id = await _cart(client, {})
         result = await client.call_tool("cart_checkout", {"cart_id": cart_id})
     assert result.is_error
-    assert _text(result).endswith("The cart is empty; add items with cart_set_item first, then check out.")
+    assert text_of(result).endswith("The cart is empty; add items with cart_set_item first, then check out.")
     assert user.questions == []
 
 
@@ -222,7 +211,7 @@ async def test_a_cart_changed_between_the_rounds_is_asked_again_with_the_new_tot
         cart_id = await _cart(client, {"hat-beanie": 1})
         first = await _round_one(client, cart_id)
         # Another agent of the same user edits the cart while the user reads the question.
-        await _ok(client, "cart_set_item", {"cart_id": cart_id, "sku": "hat-beanie", "quantity": 3})
+        await call_ok(client, "cart_set_item", {"cart_id": cart_id, "sku": "hat-beanie", "quantity": 3})
         again = await _final_round(client, cart_id, first.request_state)
         assert isinstance(again, InputRequiredResult)
         assert _question(again).message == (
@@ -248,7 +237,7 @@ async def test_the_sdk_loop_shows_the_user_the_new_total_when_the_cart_changes_m
             async def __call__(self, context: Any, params: Any) -> ElicitResult:
                 answer = await super().__call__(context, params)
                 if len(self.questions) == 1:
-                    await _ok(editor, "cart_set_item", {"cart_id": cart_id, "sku": "brush-lint", "quantity": 2})
+                    await call_ok(editor, "cart_set_item", {"cart_id": cart_id, "sku": "brush-lint", "quantity": 2})
                 return answer
 
         user = EditsOnceThenConfirms(confirms(True))
@@ -277,7 +266,7 @@ async def test_replaying_the_completed_final_round_returns_the_same_order_and_cr
         assert isinstance(replayed, CallToolResult)
         assert not replayed.is_error
         assert replayed.structured_content == placed.structured_content
-        assert _text(replayed) == _text(placed)
+        assert text_of(replayed) == text_of(placed)
     assert await _orders_for(database, cart_id) == 1
 
 
@@ -295,7 +284,7 @@ async def test_the_spent_state_with_a_different_answer_is_refused_naming_the_ord
             reused = await _final_round(client, cart_id, first.request_state, answer)
             assert isinstance(reused, CallToolResult)
             assert reused.is_error
-            assert _text(reused).endswith(
+            assert text_of(reused).endswith(
                 f"This confirmation was already used to place order {order_id} and cannot be used again; "
                 "use order_view to see the order."
             )
@@ -329,7 +318,7 @@ async def test_two_confirmations_of_one_cart_racing_place_one_order_and_the_othe
     assert len(winners) == 1
     assert winners[0] is not None
     order_id = winners[0]["order_id"]
-    refusals = {_text(r).removeprefix("Error executing tool cart_checkout: ") for r in finals if r.is_error}
+    refusals = {text_of(r).removeprefix("Error executing tool cart_checkout: ") for r in finals if r.is_error}
     assert refusals == {
         f"This cart is already checked out (order {order_id}); use order_view to see the order, "
         "or cart_create to start a new cart."
@@ -423,7 +412,7 @@ async def test_an_expired_state_is_rejected_and_places_nothing(
             assert isinstance(expired, MCPError)
             assert (expired.code, expired.message) == (-32602, INVALID_STATE)
             assert before, "the state should have been accepted before it expired"
-            assert {_text(r) for r in before if isinstance(r, CallToolResult)} == {CANCELLED}
+            assert {text_of(r) for r in before if isinstance(r, CallToolResult)} == {CANCELLED}
             with pytest.raises(MCPError) as caught:
                 await _final_round(client, cart_id, first.request_state)
             assert caught.value.code == -32602
@@ -495,7 +484,8 @@ async def test_a_client_without_form_elicitation_gets_missing_capability_not_a_f
     assert caught.value.data == {"requiredCapabilities": {"elicitation": {"form": {}}}}
 
     token = await devidp.token(username, resource=server.mcp_url)
-    for capabilities in ({}, {"elicitation": {"url": {}}}, {"sampling": {}}):
+    no_form: list[dict[str, Any]] = [{}, {"elicitation": {"url": {}}}, {"sampling": {}}]
+    for capabilities in no_form:
         params = {"name": "cart_checkout", "arguments": {"cart_id": cart_id}}
         response = post(http, server.mcp_url, "tools/call", params, token=token, capabilities=capabilities)
         assert response.status_code == 400, capabilities
@@ -521,8 +511,8 @@ async def test_a_legacy_client_keeps_the_cart_tools_and_gets_a_clear_error_from_
         cart_id = await _cart(client, {"hat-beanie": 2})
         result = await asyncio.wait_for(client.call_tool("cart_checkout", {"cart_id": cart_id}), timeout=15)
         assert result.is_error
-        assert "needs an MCP client that speaks protocol 2026-07-28" in _text(result)
-        assert "this client speaks 2025-11-25" in _text(result)
+        assert "needs an MCP client that speaks protocol 2026-07-28" in text_of(result)
+        assert "this client speaks 2025-11-25" in text_of(result)
         assert await _status(client, cart_id) == ("open", 2)
     assert user.questions == []  # never a pushed elicitation
     assert await _orders_for(database, cart_id) == 0
@@ -545,11 +535,11 @@ async def test_another_principal_cannot_see_an_order_and_gets_the_made_up_handle
         unknown = await snoop.call_tool("order_view", {"order_id": made_up})
         assert foreign.is_error
         assert unknown.is_error
-        assert _text(foreign).replace(order_id, "<id>") == _text(unknown).replace(made_up, "<id>")
-        assert _text(unknown).endswith(
+        assert text_of(foreign).replace(order_id, "<id>") == text_of(unknown).replace(made_up, "<id>")
+        assert text_of(unknown).endswith(
             f"No order with id '{made_up}' exists for you; use order_list to see your orders."
         )
-        assert order_id not in str(await _ok(snoop, "order_list"))
+        assert order_id not in str(await call_ok(snoop, "order_list"))
         checkout = await snoop.call_tool("cart_checkout", {"cart_id": cart_id})
         assert checkout.is_error
-        assert "No cart with id" in _text(checkout)
+        assert "No cart with id" in text_of(checkout)

@@ -15,17 +15,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import asyncpg
+import asyncpg  # type: ignore[import-untyped]
 import pytest
 from mcp import Client
-from mcp.types import CallToolResult, TextContent
 from sqlalchemy.engine import make_url
 
 from store.db import Database
 from store.demo import seed_demo_catalog
 from store.schema import upgrade
 from tests.support.devidp import DevIdP
-from tests.support.mcp_client import connect
+from tests.support.mcp_client import call_ok, connect
 from tests.support.mrtr import another_instance
 from tests.support.server import RunningServer
 from tests.support.waiting import eventually, wait_until
@@ -127,24 +126,13 @@ async def observer(admin_database_url: str, own_database_url: str) -> AsyncItera
         await conn.close()
 
 
-def _text(result: CallToolResult) -> str:
-    return " ".join(block.text for block in result.content if isinstance(block, TextContent))
-
-
-async def _ok(client: Client, tool: str, arguments: dict[str, Any] | None = None) -> dict[str, Any]:
-    result = await client.call_tool(tool, arguments or {})
-    assert not result.is_error, f"{tool}: {_text(result)}"
-    assert result.structured_content is not None
-    return result.structured_content
-
-
 async def _clients(server: RunningServer, devidp: DevIdP, public_url: str, count: int) -> list[tuple[str, str]]:
     """``count`` users, each with a token and a cart of their own."""
 
     async def user(n: int) -> tuple[str, str]:
         token = await devidp.token(f"load-{n}-{uuid.uuid4().hex[:6]}", resource=f"{public_url}/mcp")
         async with connect(server.mcp_url, token) as client:
-            return token, (await _ok(client, "cart_create"))["cart_id"]
+            return token, (await call_ok(client, "cart_create"))["cart_id"]
 
     return list(await asyncio.gather(*(user(n) for n in range(count))))
 
@@ -162,9 +150,9 @@ async def _load(clients: list[tuple[Client, str]], calls_each: int) -> int:
     async def user(client: Client, cart_id: str) -> int:
         for n in range(calls_each):
             if n % 2:
-                await _ok(client, "cart_set_item", {"cart_id": cart_id, "sku": "hat-beanie", "quantity": n})
+                await call_ok(client, "cart_set_item", {"cart_id": cart_id, "sku": "hat-beanie", "quantity": n})
             else:
-                await _ok(client, "cart_view", {"cart_id": cart_id})
+                await call_ok(client, "cart_view", {"cart_id": cart_id})
         return calls_each
 
     return sum(await asyncio.gather(*(user(client, cart_id) for client, cart_id in clients)))
@@ -251,7 +239,7 @@ async def test_clients_that_disconnect_mid_call_cost_the_pool_no_connection(
             async def every_dropped_write_landed() -> bool:
                 # The dropped calls' statements run to completion (cancellation waits for them), one after
                 # another on the cart's row lock; a cut-off statement would leave the version short for good.
-                return bool((await _ok(client, "cart_view", {"cart_id": cart_id}))["version"] == 1 + dropped)
+                return bool((await call_ok(client, "cart_view", {"cart_id": cart_id}))["version"] == 1 + dropped)
 
             await eventually(every_dropped_write_landed, within=20, what=f"the {dropped} dropped writes to land")
         async with _open(pooled_server, users) as clients:

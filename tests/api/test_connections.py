@@ -11,20 +11,18 @@ import httpx2
 import pytest
 from mcp.client import ClientRequestContext
 from mcp.types import (
-    CallToolResult,
     ElicitRequest,
     ElicitRequestParams,
     ElicitRequestURLParams,
     ElicitResult,
     InputRequiredResult,
-    TextContent,
 )
 from sqlalchemy import select
 
 from store.db import Database
 from store.models import OAuthFlow, table_of
 from tests.support.devidp import DevIdP
-from tests.support.mcp_client import McpClientFactory
+from tests.support.mcp_client import McpClientFactory, text_of
 from tests.support.server import RunningServer
 from tests.support.wire import modern_request, response_message
 
@@ -38,10 +36,6 @@ SECURITY_HEADERS = {
 }
 
 _flows = table_of(OAuthFlow)
-
-
-def _text(result: CallToolResult) -> str:
-    return " ".join(block.text for block in result.content if isinstance(block, TextContent))
 
 
 def _user() -> str:
@@ -85,14 +79,14 @@ async def test_an_unknown_provider_is_a_tool_error_naming_the_configured_ones(mc
         for tool in ("connection_whoami", "connection_disconnect"):
             result = await client.call_tool(tool, {"provider": "nope"})
             assert result.is_error, tool
-            assert "Unknown provider 'nope'" in _text(result)
-            assert "the configured providers are: demo" in _text(result)
+            assert "Unknown provider 'nope'" in text_of(result)
+            assert "the configured providers are: demo" in text_of(result)
 
 
 async def test_connection_list_names_every_configured_provider_and_never_a_token(mcp_client: McpClientFactory) -> None:
     async with mcp_client() as client:
         result = await client.call_tool("connection_list", {})
-    assert not result.is_error, _text(result)
+    assert not result.is_error, text_of(result)
     assert result.structured_content == {
         "connections": [
             {"provider": "demo", "status": "not_connected", "scopes": [], "connected_at": None, "expires_at": None}
@@ -158,7 +152,7 @@ async def test_a_legacy_client_is_told_that_connecting_needs_a_2026_client(mcp_c
         result = await client.call_tool("connection_whoami", WHOAMI)
         listed = await client.call_tool("connection_list", {})
     assert result.is_error
-    assert "2026-07-28" in _text(result)
+    assert "2026-07-28" in text_of(result)
     assert not listed.is_error  # what needs no elicitation still works
 
 
@@ -170,7 +164,7 @@ async def test_declining_in_the_client_cancels_the_connection_and_retires_the_li
     async with mcp_client(username, elicitation_callback=answers) as client:
         result = await client.call_tool("connection_whoami", WHOAMI)
     assert result.is_error
-    assert "Connection cancelled" in _text(result)
+    assert "Connection cancelled" in text_of(result)
     (url,) = answers.urls
     async with database.one_statement() as conn:
         row = (await conn.execute(select(_flows).where(_flows.c.handle == url.rsplit("/", 1)[-1]))).mappings().one()

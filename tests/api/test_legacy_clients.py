@@ -21,9 +21,9 @@ import httpx2
 import pytest
 from mcp import Client, MCPError
 from mcp.client.streamable_http import streamable_http_client
-from mcp.types import CallToolResult, TextContent
 
 from tests.support.devidp import DevIdP
+from tests.support.mcp_client import text_of
 from tests.support.server import RunningServer, run_server
 from tests.support.waiting import free_port
 from tests.support.wire import PROTOCOL_VERSION, modern_request, post, response_message
@@ -52,10 +52,6 @@ def _legacy_headers(token: str | None, *, version: str | None = LEGACY_VERSION) 
     if token is not None:
         headers["Authorization"] = f"Bearer {token}"
     return headers
-
-
-def _text(result: CallToolResult) -> str:
-    return " ".join(block.text for block in result.content if isinstance(block, TextContent))
 
 
 @asynccontextmanager
@@ -97,7 +93,7 @@ async def test_a_2025_11_25_client_uses_every_cart_tool_on_the_same_endpoint(
             assert created.structured_content is not None
             cart_id = created.structured_content["cart_id"]
             updated = await client.call_tool("cart_set_item", {"cart_id": cart_id, "sku": sku, "quantity": 2})
-            assert not updated.is_error, _text(updated)
+            assert not updated.is_error, text_of(updated)
             viewed = await client.call_tool("cart_view", {"cart_id": cart_id})
             assert viewed.structured_content is not None
             assert viewed.structured_content["items"][0]["quantity"] == 2
@@ -105,7 +101,7 @@ async def test_a_2025_11_25_client_uses_every_cart_tool_on_the_same_endpoint(
             assert listed.structured_content is not None
             assert cart_id in {cart["cart_id"] for cart in listed.structured_content["carts"]}
             deleted = await client.call_tool("cart_delete", {"cart_id": cart_id})
-            assert not deleted.is_error, _text(deleted)
+            assert not deleted.is_error, text_of(deleted)
 
 
 async def test_checkout_tells_a_2025_11_25_client_it_needs_2026_07_28_and_changes_nothing(
@@ -127,7 +123,7 @@ async def test_checkout_tells_a_2025_11_25_client_it_needs_2026_07_28_and_change
             result = await client.call_tool("cart_checkout", {"cart_id": cart_id})
 
             assert result.is_error
-            assert "2026-07-28" in _text(result)
+            assert "2026-07-28" in text_of(result)
             viewed = await client.call_tool("cart_view", {"cart_id": cart_id})
             assert viewed.structured_content is not None
             assert viewed.structured_content["status"] == "open"

@@ -20,7 +20,7 @@ from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any, ClassVar
 
-import asyncpg
+import asyncpg  # type: ignore[import-untyped]
 import httpx2
 import pytest
 from mcp import Client
@@ -267,7 +267,7 @@ async def test_metrics_count_the_rounds_of_a_checkout(observed: RunningServer, d
     _, before = _metrics(observed)
     token = await _token(devidp, observed, user)
     async with connect(observed.mcp_url, token, elicitation_callback=ScriptedUser(confirms(True))) as confirming:
-        cart_id = (await confirming.call_tool("cart_create", {})).structured_content["cart_id"]  # type: ignore[index]
+        cart_id = (await confirming.call_tool("cart_create", {})).structured_content["cart_id"]
         await confirming.call_tool("cart_set_item", {"cart_id": cart_id, "sku": "hat-beanie", "quantity": 1})
         placed = await confirming.call_tool("cart_checkout", {"cart_id": cart_id})
     assert not placed.is_error
@@ -353,7 +353,7 @@ async def test_each_tool_call_is_a_span_with_a_child_span_per_database_statement
     earlier = len(exported())
     async with _client(devidp, observed, user) as client:
         result = await client.call_tool("cart_create", {})
-        cart_id = result.structured_content["cart_id"]  # type: ignore[index]
+        cart_id = result.structured_content["cart_id"]
         await client.call_tool("cart_view", {"cart_id": cart_id})
 
     wait_until(lambda: len(exported()) > earlier, timeout=10, what="the cart_view span")
@@ -410,7 +410,7 @@ async def test_spans_reach_an_otlp_collector_over_http(server_env: dict[str, str
                 await client.call_tool("cart_list", {})
 
             def spans() -> list[tuple[str, str]]:
-                found = []
+                found: list[tuple[str, str]] = []
                 for body in list(_Collector.received):
                     request = ExportTraceServiceRequest.FromString(body)
                     for resource_spans in request.resource_spans:
@@ -424,6 +424,7 @@ async def test_spans_reach_an_otlp_collector_over_http(server_env: dict[str, str
             wait_until(lambda: ("coatcheck-otlp-test", "tools/call cart_list") in spans(), timeout=15, what="spans")
     finally:
         collector.shutdown()
+        collector.server_close()
     assert any(service == "coatcheck-otlp-test" and name.startswith("db ") for service, name in spans())
 
 

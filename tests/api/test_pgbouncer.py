@@ -8,19 +8,17 @@ prepared statements, so anything that relied on a statement surviving past its t
 import asyncio
 import uuid
 from collections.abc import Iterator
-from typing import Any
 
-import asyncpg
+import asyncpg  # type: ignore[import-untyped]
 import pytest
 from mcp import Client
-from mcp.types import CallToolResult, TextContent
 from sqlalchemy import text
 from sqlalchemy.engine import make_url
 
 from store.db import Database
 from store.errors import Unavailable
 from tests.support.devidp import DevIdP
-from tests.support.mcp_client import connect
+from tests.support.mcp_client import call_ok, connect, text_of
 from tests.support.mrtr import ScriptedUser, another_instance, confirms
 from tests.support.pgbouncer import RunningPgBouncer, run_pgbouncer
 from tests.support.server import RunningServer
@@ -51,34 +49,23 @@ def pooled_server(server_env: dict[str, str], public_url: str, pgbouncer: Runnin
         yield running
 
 
-def _text(result: CallToolResult) -> str:
-    return " ".join(block.text for block in result.content if isinstance(block, TextContent))
-
-
-async def _ok(client: Client, tool: str, arguments: dict[str, Any] | None = None) -> dict[str, Any]:
-    result = await client.call_tool(tool, arguments or {})
-    assert not result.is_error, f"{tool}: {_text(result)}"
-    assert result.structured_content is not None
-    return result.structured_content
-
-
 async def _shopper(client: Client) -> int:
     """One pass over every cart tool, both checkout rounds and the order tools; returns the HTTP requests made."""
-    cart_id = (await _ok(client, "cart_create"))["cart_id"]
-    await _ok(client, "catalog_search", {"query": "hat"})
-    await _ok(client, "cart_set_item", {"cart_id": cart_id, "sku": "scarf-cashmere", "quantity": 2})
-    await _ok(client, "cart_set_item", {"cart_id": cart_id, "sku": "hat-beanie", "quantity": 3})
-    cart = await _ok(client, "cart_set_item", {"cart_id": cart_id, "sku": "hat-beanie", "quantity": 1})
+    cart_id = (await call_ok(client, "cart_create"))["cart_id"]
+    await call_ok(client, "catalog_search", {"query": "hat"})
+    await call_ok(client, "cart_set_item", {"cart_id": cart_id, "sku": "scarf-cashmere", "quantity": 2})
+    await call_ok(client, "cart_set_item", {"cart_id": cart_id, "sku": "hat-beanie", "quantity": 3})
+    cart = await call_ok(client, "cart_set_item", {"cart_id": cart_id, "sku": "hat-beanie", "quantity": 1})
     assert (cart["version"], cart["total_cents"]) == (4, 2 * 6500 + 1800)
-    assert await _ok(client, "cart_view", {"cart_id": cart_id}) == cart
-    assert cart_id in [c["cart_id"] for c in (await _ok(client, "cart_list"))["carts"]]
-    placed = await _ok(client, "cart_checkout", {"cart_id": cart_id})  # round 1, the form, round 2
+    assert await call_ok(client, "cart_view", {"cart_id": cart_id}) == cart
+    assert cart_id in [c["cart_id"] for c in (await call_ok(client, "cart_list"))["carts"]]
+    placed = await call_ok(client, "cart_checkout", {"cart_id": cart_id})  # round 1, the form, round 2
     assert (placed["status"], placed["total_cents"]) == ("placed", 14800)
-    order = await _ok(client, "order_view", {"order_id": placed["order_id"]})
+    order = await call_ok(client, "order_view", {"order_id": placed["order_id"]})
     assert order["cart_id"] == cart_id
-    assert placed["order_id"] in [o["order_id"] for o in (await _ok(client, "order_list"))["orders"]]
-    spare = (await _ok(client, "cart_create"))["cart_id"]
-    assert (await _ok(client, "cart_delete", {"cart_id": spare}))["deleted"] is True
+    assert placed["order_id"] in [o["order_id"] for o in (await call_ok(client, "order_list"))["orders"]]
+    spare = (await call_ok(client, "cart_create"))["cart_id"]
+    assert (await call_ok(client, "cart_delete", {"cart_id": spare}))["deleted"] is True
     return 13
 
 
@@ -109,7 +96,7 @@ async def test_a_lock_wait_behind_the_pooler_ends_at_lock_timeout_with_a_tool_er
 ) -> None:
     token = await devidp.token(f"locked-{uuid.uuid4().hex[:6]}", resource=f"{public_url}/mcp")
     async with connect(pooled_server.mcp_url, token) as client:
-        cart_id = (await _ok(client, "cart_create"))["cart_id"]
+        cart_id = (await call_ok(client, "cart_create"))["cart_id"]
         direct = await asyncpg.connect(make_url(database_url).set(drivername="postgresql").render_as_string(False))
         try:
             async with direct.transaction():
@@ -120,11 +107,11 @@ async def test_a_lock_wait_behind_the_pooler_ends_at_lock_timeout_with_a_tool_er
         finally:
             await direct.close()
         assert blocked.is_error
-        assert "did not answer in time (lock_timeout)" in _text(blocked)
-        assert "retry" in _text(blocked)
-        after = await _ok(client, "cart_view", {"cart_id": cart_id})
+        assert "did not answer in time (lock_timeout)" in text_of(blocked)
+        assert "retry" in text_of(blocked)
+        after = await call_ok(client, "cart_view", {"cart_id": cart_id})
         assert (after["version"], after["items"]) == (1, [])
-        retried = await _ok(client, "cart_set_item", {"cart_id": cart_id, "sku": "hat-beanie", "quantity": 1})
+        retried = await call_ok(client, "cart_set_item", {"cart_id": cart_id, "sku": "hat-beanie", "quantity": 1})
         assert retried["version"] == 2
 
 

@@ -12,10 +12,10 @@ from collections import Counter
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
-import asyncpg
+import asyncpg  # type: ignore[import-untyped]
 import pytest
 from mcp import Client
-from mcp.types import CallToolResult, InputRequiredResult, TextContent
+from mcp.types import CallToolResult, InputRequiredResult
 from sqlalchemy import text
 from sqlalchemy.engine import make_url
 
@@ -25,7 +25,7 @@ from store.demo import seed_demo_catalog
 from store.principal import Principal
 from store.schema import upgrade
 from tests.support.devidp import DevIdP
-from tests.support.mcp_client import connect
+from tests.support.mcp_client import call_ok, connect, text_of
 from tests.support.mrtr import ScriptedUser, another_instance, confirms
 from tests.support.private_postgres import LoggedMessage, PrivatePostgres, private_postgres
 from tests.support.server import RunningServer
@@ -83,17 +83,6 @@ async def _logged(cluster: PrivatePostgres, call: Callable[[], Awaitable[Any]]) 
     return result, cluster.messages_since(offset)
 
 
-def _text(result: CallToolResult) -> str:
-    return " ".join(block.text for block in result.content if isinstance(block, TextContent))
-
-
-async def _ok(client: Client, tool: str, arguments: dict[str, Any] | None = None) -> dict[str, Any]:
-    result = await client.call_tool(tool, arguments or {})
-    assert not result.is_error, f"{tool}: {_text(result)}"
-    assert result.structured_content is not None
-    return result.structured_content
-
-
 async def _round_one(client: Client, cart_id: str) -> InputRequiredResult:
     first = await client.session.call_tool("cart_checkout", {"cart_id": cart_id}, allow_input_required=True)
     assert isinstance(first, InputRequiredResult), first
@@ -109,15 +98,16 @@ async def _round_two(client: Client, cart_id: str, state: str | None) -> dict[st
         allow_input_required=True,
     )
     assert isinstance(placed, CallToolResult), placed
-    assert not placed.is_error, _text(placed)
-    assert placed.structured_content is not None
-    return placed.structured_content
+    assert not placed.is_error, text_of(placed)
+    content: dict[str, Any] | None = placed.structured_content
+    assert content is not None
+    return content
 
 
 async def _session(client: Client) -> dict[str, Callable[[], Awaitable[Any]]]:
     """One call of each tool (fresh carts where a call consumes one), in the order they are measured."""
-    cart_id = (await _ok(client, "cart_create"))["cart_id"]
-    spare = (await _ok(client, "cart_create"))["cart_id"]
+    cart_id = (await call_ok(client, "cart_create"))["cart_id"]
+    spare = (await call_ok(client, "cart_create"))["cart_id"]
     state: dict[str, Any] = {}
 
     async def round_one() -> None:
@@ -131,37 +121,37 @@ async def _session(client: Client) -> dict[str, Callable[[], Awaitable[Any]]]:
             "cart_set_item", {"cart_id": cart_id, "sku": "hat-beanie", "quantity": 9, "expected_version": 1}
         )
         assert stale.is_error
-        assert "version" in _text(stale)
+        assert "version" in text_of(stale)
 
     async def over_the_cap() -> None:
         refused = await client.call_tool("cart_set_item", {"cart_id": cart_id, "sku": "brush-lint", "quantity": 1})
         assert refused.is_error
-        assert _text(refused) == (
+        assert text_of(refused) == (
             "Error executing tool cart_set_item: This cart already has 2 lines, the most a cart may hold (2); "
             "remove a line (quantity 0), or put the item in another cart with cart_create."
         )
 
     return {
-        "catalog_search": lambda: _ok(client, "catalog_search", {"query": "coat"}),
-        "cart_create": lambda: _ok(client, "cart_create"),
-        "cart_set_item (add a line)": lambda: _ok(
+        "catalog_search": lambda: call_ok(client, "catalog_search", {"query": "coat"}),
+        "cart_create": lambda: call_ok(client, "cart_create"),
+        "cart_set_item (add a line)": lambda: call_ok(
             client, "cart_set_item", {"cart_id": cart_id, "sku": "hat-beanie", "quantity": 2}
         ),
-        "cart_set_item (change it)": lambda: _ok(
+        "cart_set_item (change it)": lambda: call_ok(
             client, "cart_set_item", {"cart_id": cart_id, "sku": "hat-beanie", "quantity": 3, "expected_version": 2}
         ),
         "cart_set_item (refused: stale version)": refused,
-        "cart_set_item (second line)": lambda: _ok(
+        "cart_set_item (second line)": lambda: call_ok(
             client, "cart_set_item", {"cart_id": cart_id, "sku": "scarf-cashmere", "quantity": 1}
         ),
         "cart_set_item (refused: MAX_CART_LINES)": over_the_cap,
-        "cart_view": lambda: _ok(client, "cart_view", {"cart_id": cart_id}),
-        "cart_list": lambda: _ok(client, "cart_list"),
+        "cart_view": lambda: call_ok(client, "cart_view", {"cart_id": cart_id}),
+        "cart_list": lambda: call_ok(client, "cart_list"),
         "cart_checkout round 1": round_one,
         "cart_checkout round 2 (consent)": round_two,
-        "order_view": lambda: _ok(client, "order_view", {"order_id": state["order"]["order_id"]}),
-        "order_list": lambda: _ok(client, "order_list"),
-        "cart_delete": lambda: _ok(client, "cart_delete", {"cart_id": spare}),
+        "order_view": lambda: call_ok(client, "order_view", {"order_id": state["order"]["order_id"]}),
+        "order_list": lambda: call_ok(client, "order_list"),
+        "cart_delete": lambda: call_ok(client, "cart_delete", {"cart_id": spare}),
     }
 
 

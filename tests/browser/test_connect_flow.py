@@ -24,7 +24,6 @@ from mcp.types import (
     ElicitRequestURLParams,
     ElicitResult,
     InputRequiredResult,
-    TextContent,
 )
 from sqlalchemy import func, select, update
 
@@ -36,7 +35,7 @@ from store.principal import Principal
 from store.vault import ConnectionRepository, TokenSet
 from tests.support.browser import BrowserUser, BrowserUserFactory, Landing
 from tests.support.devidp import DEMO_CLIENT_ID, LOGIN_CLIENT_ID, DevIdP, devidp_clients, start_devidp
-from tests.support.mcp_client import McpClientFactory, connect
+from tests.support.mcp_client import McpClientFactory, connect, text_of
 from tests.support.mrtr import another_instance
 from tests.support.server import RunningServer, run_server
 from tests.support.waiting import free_port
@@ -47,10 +46,6 @@ KEY = "connect_demo"
 _flows = table_of(OAuthFlow)
 _connections = table_of(ProviderConnection)
 _audit = table_of(AuditEvent)
-
-
-def _text(result: CallToolResult) -> str:
-    return " ".join(block.text for block in result.content if isinstance(block, TextContent))
 
 
 def _fresh(name: str) -> str:
@@ -159,7 +154,7 @@ async def test_alice_connects_demo_in_her_browser_and_the_retried_call_returns_h
     alice = await browser_user("alice")
     result, landing = await _connect_in_browser(mcp_client, alice)
 
-    assert not result.is_error, _text(result)
+    assert not result.is_error, text_of(result)
     assert result.structured_content is not None
     assert result.structured_content["provider"] == "demo"
     assert result.structured_content["profile"]["sub"] == "alice"
@@ -235,7 +230,7 @@ async def test_a_callback_replayed_with_its_used_state_is_refused_and_changes_no
 ) -> None:
     person = await browser_user(_fresh("replayer"))
     result, landing = await _connect_in_browser(mcp_client, person)
-    assert not result.is_error, _text(result)
+    assert not result.is_error, text_of(result)
     (callback,) = landing.visited_path("/oauth/callback")
 
     replay = await person.open(callback)
@@ -245,7 +240,7 @@ async def test_a_callback_replayed_with_its_used_state_is_refused_and_changes_no
     # Still connected as before.
     async with mcp_client(person.username, elicitation_callback=_never_called) as client:
         again = await client.call_tool("connection_whoami", WHOAMI)
-    assert not again.is_error, _text(again)
+    assert not again.is_error, text_of(again)
 
 
 async def test_a_callback_replayed_without_the_owners_session_is_refused_and_leaves_her_flow_usable(
@@ -326,8 +321,8 @@ async def test_an_expired_flow_stops_link_callback_and_retry_with_clear_messages
         retried = await _retry(client, first)
     assert isinstance(retried, CallToolResult)
     assert retried.is_error
-    assert "expired" in _text(retried)
-    assert "connection_whoami again" in _text(retried)
+    assert "expired" in text_of(retried)
+    assert "connection_whoami again" in text_of(retried)
 
 
 async def test_a_provider_that_denies_access_ends_the_flow_as_denied(
@@ -345,7 +340,7 @@ async def test_a_provider_that_denies_access_ends_the_flow_as_denied(
     assert "Demo provider was not connected" in landing.text
     assert isinstance(retried, CallToolResult)
     assert retried.is_error
-    assert "access was not granted" in _text(retried)
+    assert "access was not granted" in text_of(retried)
     assert (await _flow_row(database, _handle(url)))["status"] == "denied"
     assert ("connect", "denied") in await _audit_outcomes(database, _principal(devidp, username))
 
@@ -374,7 +369,7 @@ async def test_a_failing_code_exchange_ends_the_flow_as_failed_with_a_readable_p
     assert "Traceback" not in landing.html
     assert isinstance(retried, CallToolResult)
     assert retried.is_error
-    assert "did not complete (invalid_grant)" in _text(retried)
+    assert "did not complete (invalid_grant)" in text_of(retried)
     assert (await _flow_row(database, _handle(url)))["status"] == "failed"
 
 
@@ -458,7 +453,7 @@ async def test_two_instances_refreshing_an_expired_token_at_once_reach_the_provi
 ) -> None:
     person = await browser_user(_fresh("racer"))
     result, _ = await _connect_in_browser(mcp_client, person)
-    assert not result.is_error, _text(result)
+    assert not result.is_error, text_of(result)
     with another_instance(server_env, public_url=public_url) as second:
         async with database.one_statement() as conn:
             await conn.execute(
@@ -477,7 +472,7 @@ async def test_two_instances_refreshing_an_expired_token_at_once_reach_the_provi
     stats = await devidp.stats()
     assert stats["refresh_requests"] == 1, stats
     for outcome in results:
-        assert not outcome.is_error, _text(outcome)
+        assert not outcome.is_error, text_of(outcome)
         assert outcome.structured_content is not None
         assert outcome.structured_content["profile"]["sub"] == person.username
     assert ("refresh", "ok") in await _audit_outcomes(database, _principal(devidp, person.username))
@@ -493,7 +488,7 @@ async def test_disconnect_revokes_upstream_forgets_locally_and_is_idempotent(
 ) -> None:
     person = await browser_user(_fresh("leaver"))
     result, _ = await _connect_in_browser(mcp_client, person)
-    assert not result.is_error, _text(result)
+    assert not result.is_error, text_of(result)
     principal = _principal(devidp, person.username)
     tokens = await _stored_tokens(database, token_encryption_keys, principal)
     assert tokens is not None
@@ -543,14 +538,14 @@ async def test_a_token_copied_into_another_users_row_does_not_open_and_a_new_fir
     thief = await browser_user(_fresh("thief"))
     for person in (victim, thief):
         result, _ = await _connect_in_browser(mcp_client, person)
-        assert not result.is_error, _text(result)
+        assert not result.is_error, text_of(result)
 
     # Rotation: an instance whose ring has a new first key still reads rows sealed under the old one.
     new_first = ",".join([uuid.uuid4().hex + uuid.uuid4().hex, token_encryption_keys])
     with another_instance(server_env, public_url=public_url, TOKEN_ENCRYPTION_KEYS=new_first) as rotated:
         async with _client_to(rotated, devidp, server.mcp_url, victim.username) as client:
             read = await client.call_tool("connection_whoami", WHOAMI)
-    assert not read.is_error, _text(read)
+    assert not read.is_error, text_of(read)
     assert read.structured_content is not None
     assert read.structured_content["profile"]["sub"] == victim.username
 
@@ -567,8 +562,8 @@ async def test_a_token_copied_into_another_users_row_does_not_open_and_a_new_fir
     async with mcp_client(thief.username, elicitation_callback=_never_called) as client:
         moved = await client.call_tool("connection_whoami", WHOAMI)
     assert moved.is_error
-    assert "cannot be read" in _text(moved)
-    assert victim.username not in _text(moved)
+    assert "cannot be read" in text_of(moved)
+    assert victim.username not in text_of(moved)
 
 
 def _base(url: str) -> str:
@@ -638,6 +633,6 @@ async def test_the_compose_shape_works_browser_and_server_reach_the_idp_under_di
         sign_in_hosts = {httpx2.URL(url).host for url in landing.visited if "/interaction/" in url}
     assert landing.status == 200, landing.text
     assert sign_in_hosts == {"localhost"}
-    assert not result.is_error, _text(result)
+    assert not result.is_error, text_of(result)
     assert result.structured_content is not None
     assert result.structured_content["profile"]["sub"] == person.username

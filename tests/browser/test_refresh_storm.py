@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 
 from mcp import Client
-from mcp.types import CallToolResult, TextContent
+from mcp.types import CallToolResult
 from sqlalchemy import func, select, text, update
 
 from store.db import Database
@@ -36,7 +36,7 @@ from tests.browser.test_connect_flow import LinkOpener
 from tests.support import figures
 from tests.support.browser import BrowserUserFactory
 from tests.support.devidp import DevIdP
-from tests.support.mcp_client import McpClientFactory, connect
+from tests.support.mcp_client import McpClientFactory, connect, text_of
 from tests.support.mrtr import another_instance
 
 WHOAMI = {"provider": "demo"}
@@ -56,10 +56,6 @@ _HELD = text(
     "count(*) FILTER (WHERE backend_type = 'client backend') AS backends "
     "FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
 )
-
-
-def _text(result: CallToolResult) -> str:
-    return " ".join(block.text for block in result.content if isinstance(block, TextContent))
 
 
 def _p99(samples: list[float]) -> float:
@@ -94,7 +90,7 @@ async def _bob_samples(view: Callable[[], Awaitable[CallToolResult]], seconds: f
         started = time.monotonic()
         result = await view()
         samples.append(time.monotonic() - started)
-        assert not result.is_error, _text(result)
+        assert not result.is_error, text_of(result)
     return samples
 
 
@@ -111,7 +107,7 @@ async def test_a_slow_provider_refreshes_once_answers_every_caller_and_does_not_
     opener = LinkOpener(alice)
     async with mcp_client(alice_name, elicitation_callback=opener) as client:
         connected = await client.call_tool("connection_whoami", WHOAMI)
-    assert not connected.is_error, _text(connected)
+    assert not connected.is_error, text_of(connected)
     await opener.landing()
 
     resource = f"{public_url}/mcp"
@@ -131,7 +127,7 @@ async def test_a_slow_provider_refreshes_once_answers_every_caller_and_does_not_
             assert cart.structured_content is not None
             cart_id = cart.structured_content["cart_id"]
             added = await bob.call_tool("cart_set_item", {"cart_id": cart_id, "sku": "scarf-cashmere", "quantity": 2})
-            assert not added.is_error, _text(added)
+            assert not added.is_error, text_of(added)
 
             async def view() -> CallToolResult:
                 return await bob.call_tool("cart_view", {"cart_id": cart_id})
@@ -204,7 +200,7 @@ def _check(storm: Storm, before: list[float], after: list[float], alice_name: st
     )
     assert storm.refreshes == 1, report
     for result in storm.results:
-        assert not result.is_error, f"{_text(result)}\n{report}"
+        assert not result.is_error, f"{text_of(result)}\n{report}"
         assert result.structured_content is not None
         assert result.structured_content["profile"]["sub"] == alice_name
     assert min(storm.call_seconds) >= PROVIDER_DELAY * 0.9, f"the provider was not slow: this proved nothing\n{report}"
@@ -257,7 +253,7 @@ async def _storm(
             started = time.monotonic()
             result = await bob_view()
             storm.bob.append((started, time.monotonic() - started))
-            assert not result.is_error, _text(result)
+            assert not result.is_error, text_of(result)
 
     bob_task = asyncio.create_task(sample_bob())
     watcher = asyncio.create_task(watch())

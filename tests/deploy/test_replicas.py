@@ -13,7 +13,7 @@ import uuid
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-import asyncpg
+import asyncpg  # type: ignore[import-untyped]
 import httpx2
 import pytest
 from mcp import Client
@@ -55,7 +55,7 @@ class Person:
         self.open_link = open_link
         self.landing: asyncio.Task[Landing] | None = None
 
-    async def __call__(self, _context: ClientRequestContext, params: ElicitRequestParams) -> ElicitResult:
+    async def __call__(self, context: ClientRequestContext, params: ElicitRequestParams) -> ElicitResult:
         if isinstance(params, ElicitRequestFormParams):
             return ElicitResult(action="accept", content={"confirm": True})
         assert isinstance(params, ElicitRequestURLParams), params

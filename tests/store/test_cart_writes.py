@@ -7,7 +7,7 @@ import asyncio
 import uuid
 from collections.abc import Callable
 
-import asyncpg
+import asyncpg  # type: ignore[import-untyped]
 import pytest
 from sqlalchemy.engine import make_url
 

@@ -4,7 +4,7 @@ Most killed connections are noticed locally and replaced at checkout (no round t
 noticed fails exactly the call that draws it, with nothing written, and is discarded.
 """
 
-import asyncpg
+import asyncpg  # type: ignore[import-untyped]
 import pytest
 from sqlalchemy import text
 from sqlalchemy.engine import make_url

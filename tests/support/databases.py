@@ -1,6 +1,6 @@
 """Create and drop PostgreSQL databases for tests (session, scratch and install databases)."""
 
-import asyncpg
+import asyncpg  # type: ignore[import-untyped]
 from sqlalchemy.engine import make_url
 
 PROBE_TIMEOUT = 3.0

@@ -8,6 +8,7 @@ from typing import Any
 import httpx2
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
+from mcp.types import CallToolResult, TextContent
 
 # What the ``mcp_client`` fixture returns: ``async with mcp_client(username, **client_options) as client``.
 McpClientFactory = Callable[..., AbstractAsyncContextManager[Client]]
@@ -19,3 +20,17 @@ async def connect(mcp_url: str, token: str, **client_options: Any) -> AsyncItera
     http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=httpx2.Timeout(30.0))
     async with http, Client(streamable_http_client(mcp_url, http_client=http), **client_options) as client:
         yield client
+
+
+def text_of(result: CallToolResult) -> str:
+    """The text blocks of a tool result, joined (what a failing assertion should show)."""
+    return " ".join(block.text for block in result.content if isinstance(block, TextContent))
+
+
+async def call_ok(client: Client, tool: str, arguments: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Call ``tool`` and return its structured content, failing with the tool's text if it errs."""
+    result = await client.call_tool(tool, arguments or {})
+    assert not result.is_error, f"{tool}: {text_of(result)}"
+    content: dict[str, Any] | None = result.structured_content
+    assert content is not None, f"{tool} returned no structured content"
+    return content

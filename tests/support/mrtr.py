@@ -24,7 +24,7 @@ class ScriptedUser:
         self.answer = answer
         self.questions: list[ElicitRequestFormParams] = []
 
-    async def __call__(self, _context: ClientRequestContext, params: ElicitRequestParams) -> ElicitResult:
+    async def __call__(self, context: ClientRequestContext, params: ElicitRequestParams) -> ElicitResult:
         assert isinstance(params, ElicitRequestFormParams), f"expected a form elicitation, got {params!r}"
         self.questions.append(params)
         return self.answer

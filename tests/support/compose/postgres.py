@@ -1,6 +1,6 @@
 """The ``db`` service: the local PostgreSQL given the role and database the postgres image would create."""
 
-import asyncpg
+import asyncpg  # type: ignore[import-untyped]
 
 from tests.support.compose.errors import ComposeUpError
 from tests.support.compose.project import Service

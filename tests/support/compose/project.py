@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
+import yaml  # type: ignore[import-untyped]
 
 SERVICE_KEYS = {
     "image", "build", "command", "entrypoint", "environment", "volumes", "ports", "depends_on", "healthcheck",

@@ -100,6 +100,7 @@ def coatcheck_dev(data_dir: Path, cwd: Path, port: int, idp_port: int) -> Iterat
             process.kill()
             process.wait()
         reader.join(timeout=10)
+        stdout.close()
 
 
 def _stop_with_sigint(run: DevRun) -> None:

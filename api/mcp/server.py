@@ -29,7 +29,7 @@ LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]
 
 
 def build_mcp_server(
-    settings: Settings, database: Database, verifier: JwtVerifier, *, connections: Connections | None = None
+    settings: Settings, database: Database, verifier: JwtVerifier, connections: Connections
 ) -> MCPServer:
     """The production MCP server: every tool, auth required, requestState sealed under the shared ring."""
     advertised = AdvertisedCapabilities()
@@ -61,6 +61,5 @@ def build_mcp_server(
         idempotency_key_ttl=timedelta(seconds=settings.idempotency_key_ttl_seconds),
     )
     register_order_tools(mcp, database, cursors=cursors)
-    if connections is not None:
-        register_connection_tools(mcp, connections)
+    register_connection_tools(mcp, connections)
     return mcp

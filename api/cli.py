@@ -118,7 +118,7 @@ def _serve(args: argparse.Namespace) -> None:
 
 
 def _migrate(args: argparse.Namespace) -> None:
-    from store.schema import upgrade
+    from store.migrations import upgrade
 
     if args.check:
         from api.commands.migrate import check_schema

@@ -30,7 +30,7 @@ from sqlalchemy.engine import make_url
 
 from store.db import Database
 from store.demo import seed_demo_catalog
-from store.schema import upgrade
+from store.migrations import upgrade
 from tests.support.devidp import start_devidp
 from tests.support.server import run_server
 from tests.support.waiting import free_port, wait_until

@@ -249,7 +249,8 @@ def test_providers_are_read_once_at_start_up_with_their_client_secret_from_the_n
     monkeypatch.delenv("ACME_CLIENT_SECRET")  # nothing reads the environment after start-up
     (acme,) = settings.provider_configs
     assert acme.name == "acme"
-    assert acme.client_secret is not None and acme.client_secret.get_secret_value() == secret
+    assert acme.client_secret is not None
+    assert acme.client_secret.get_secret_value() == secret
 
 
 def test_both_provider_sources_at_once_stop_start_up(

@@ -30,7 +30,7 @@ from store.token_refresh import (
     release_after_failure,
     store_refreshed,
 )
-from store.vault import ConnectionRepository, TokenSet
+from store.vault import TokenSet, VaultRepository
 
 __all__ = ["RefreshTiming", "TokenRefresher"]
 
@@ -129,7 +129,7 @@ class TokenRefresher:
 
     async def _needs_reauth(self, principal: Principal, provider: str) -> None:
         async with self.database.transaction() as conn:
-            await ConnectionRepository(conn, self.cipher).mark_needs_reauth(principal, provider)
+            await VaultRepository(conn, self.cipher).mark_needs_reauth(principal, provider)
             await AuditRepository(conn).record(principal, "refresh", provider=provider, outcome="no_refresh_token")
 
     async def _refresh(self, lease: RefreshLease, refresh: Refresh) -> TokenSet | None:

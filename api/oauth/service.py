@@ -38,7 +38,7 @@ from store.db import Database
 from store.errors import InvalidGrant, NotFound
 from store.flows import ConsumedFlow, Flow, FlowRepository
 from store.principal import Principal
-from store.vault import ConnectionInfo, ConnectionRepository, TokenSet
+from store.vault import TokenSet, VaultEntry, VaultRepository
 
 logger = logging.getLogger(__name__)
 
@@ -114,9 +114,9 @@ class Connections:
 
     # -- tool side --------------------------------------------------------------------------------
 
-    async def list(self, principal: Principal) -> list[ConnectionInfo]:
+    async def list(self, principal: Principal) -> list[VaultEntry]:
         async with self.database.one_statement() as conn:
-            return await ConnectionRepository(conn, self.cipher).list(principal)
+            return await VaultRepository(conn, self.cipher).list(principal)
 
     async def usable_tokens(self, principal: Principal, provider: ProviderConfig) -> TokenSet | None:
         """Tokens that are valid now, refreshed first when they expire within the skew (one refresher).
@@ -148,7 +148,7 @@ class Connections:
 
     async def mark_needs_reauth(self, principal: Principal, provider: ProviderConfig, reason: str) -> None:
         async with self.database.transaction() as conn:
-            await ConnectionRepository(conn, self.cipher).mark_needs_reauth(principal, provider.name)
+            await VaultRepository(conn, self.cipher).mark_needs_reauth(principal, provider.name)
             await AuditRepository(conn).record(principal, "profile", provider=provider.name, outcome=reason)
 
     async def profile(self, provider: ProviderConfig, tokens: TokenSet) -> dict[str, Any]:
@@ -206,7 +206,7 @@ class Connections:
         who asked when it was not the user (``"operator"``), in the audit entries' detail.
         """
         async with self.database.transaction() as conn:
-            tokens = await ConnectionRepository(conn, self.cipher).delete(principal, provider.name)
+            tokens = await VaultRepository(conn, self.cipher).delete(principal, provider.name)
             if tokens is None:
                 await AuditRepository(conn).record(
                     principal, "disconnect", provider=provider.name, outcome="not_connected", detail=by
@@ -312,7 +312,7 @@ class Connections:
         tokens = self._token_set(provider, response, keep_scopes=False)
         flow = consumed.flow
         async with self.database.transaction() as conn:
-            await ConnectionRepository(conn, self.cipher).save(flow.principal, provider.name, tokens)
+            await VaultRepository(conn, self.cipher).save(flow.principal, provider.name, tokens)
             await FlowRepository(conn, self.cipher).finish(flow.handle, "connected")
             await AuditRepository(conn).record(flow.principal, "connect", provider=provider.name, outcome="connected")
 

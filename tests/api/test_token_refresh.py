@@ -21,7 +21,7 @@ from store.db import Database
 from store.errors import InvalidGrant
 from store.principal import Principal
 from store.token_refresh import claim_refresh
-from store.vault import ConnectionRepository, TokenSet
+from store.vault import TokenSet, VaultRepository
 from tests.support.mrtr import eventually
 from tests.support.sql import recorded_statements
 
@@ -46,12 +46,12 @@ def _refresher(database: Database, **timing: float) -> TokenRefresher:
 
 async def _save(database: Database, owner: Principal, tokens: TokenSet) -> None:
     async with database.transaction() as conn:
-        await ConnectionRepository(conn, CIPHER).save(owner, "demo", tokens)
+        await VaultRepository(conn, CIPHER).save(owner, "demo", tokens)
 
 
 async def _stored(database: Database, owner: Principal, cipher: TokenCipher = CIPHER) -> TokenSet | None:
     async with database.one_statement() as conn:
-        stored = await ConnectionRepository(conn, cipher).read(owner, "demo")
+        stored = await VaultRepository(conn, cipher).read(owner, "demo")
     return stored.tokens if stored is not None else None
 
 
@@ -170,7 +170,7 @@ async def test_invalid_grant_marks_the_connection_for_reauthorisation_and_return
     assert await refresher.usable_tokens(owner, "demo", refresh) is None
     assert calls == 1
     async with database.one_statement() as conn:
-        info = await ConnectionRepository(conn, CIPHER).info(owner, "demo")
+        info = await VaultRepository(conn, CIPHER).info(owner, "demo")
     assert info is not None
     assert info.status == "needs_reauth"
     assert await _audit(database, owner) == [("refresh", "invalid_grant", None)]
@@ -228,7 +228,7 @@ async def test_an_expired_token_without_a_refresh_token_needs_reauthorisation(
     await _save(database, owner, _tokens("once", expires_in=timedelta(minutes=-1), refresh=False))
     assert await _refresher(database).usable_tokens(owner, "demo", _never) is None
     async with database.one_statement() as conn:
-        info = await ConnectionRepository(conn, CIPHER).info(owner, "demo")
+        info = await VaultRepository(conn, CIPHER).info(owner, "demo")
     assert info is not None
     assert info.status == "needs_reauth"
 
@@ -251,7 +251,7 @@ async def test_no_token_value_appears_in_reprs_errors_or_logs(
     with pytest.raises(RuntimeError):
         await refresher.usable_tokens(owner, "demo", failing)
     async with database.one_statement() as conn:
-        stored = await ConnectionRepository(conn, CIPHER).read(owner, "demo")
+        stored = await VaultRepository(conn, CIPHER).read(owner, "demo")
     assert await refresher.usable_tokens(owner, "demo", refused) is None
     with pytest.raises(DecryptError) as caught:
         await _stored(database, owner, TokenCipher([OTHER]))

@@ -14,7 +14,7 @@ from store.token_refresh import (
     release_after_failure,
     store_refreshed,
 )
-from store.vault import ConnectionRepository, TokenSet
+from store.vault import TokenSet, VaultRepository
 
 CIPHER = TokenCipher([b"test-lease-key-" + b"l" * 20 + b"-0123456789"])
 SKEW = timedelta(minutes=1)
@@ -32,7 +32,7 @@ def _tokens(tag: str, *, expires_in: timedelta | None = timedelta(minutes=-1), r
 
 async def _save(database: Database, owner: Principal, tokens: TokenSet) -> None:
     async with database.transaction() as conn:
-        await ConnectionRepository(conn, CIPHER).save(owner, "demo", tokens)
+        await VaultRepository(conn, CIPHER).save(owner, "demo", tokens)
 
 
 async def _claim(database: Database, owner: Principal, lease_for: timedelta = LEASE):  # type: ignore[no-untyped-def]
@@ -96,7 +96,7 @@ async def test_the_write_back_stores_the_new_tokens_releases_the_lease_and_keeps
         view = await read_for_refresh(conn, CIPHER, owner, "demo", skew=SKEW)
     assert view is not None
     assert (view.leased, view.cooling) == (False, False)
-    assert view.connection.info.refreshed_at is not None
+    assert view.entry.info.refreshed_at is not None
 
 
 async def test_a_write_back_whose_lease_expired_and_was_taken_over_stores_nothing(

@@ -132,21 +132,29 @@ class Connections:
         client = self.client(provider)
 
         async def refresh(refresh_token: str) -> TokenSet:
-            outcome = "failed"
+            # The outcome is known only once the answer is parsed: a malformed answer is a failure, not "ok".
             try:
                 response = await client.refresh(endpoints.token, refresh_token)
-                outcome = "ok"
+                tokens = self._token_set(provider, response, keep_scopes=True)
             except OAuthFailure as exc:
+                self._count_refresh("invalid_grant" if exc.invalid_grant else "failed")
                 if exc.invalid_grant:
-                    outcome = "invalid_grant"
                     raise InvalidGrant from None
                 raise
-            finally:
-                if self._record_refresh is not None:
-                    self._record_refresh(outcome)
-            return self._token_set(provider, response, keep_scopes=True)
+            except BaseException:
+                self._count_refresh("failed")
+                raise
+            self._count_refresh("ok")
+            return tokens
 
-        return await self.refresher.usable_tokens(principal, provider.name, refresh)
+        async def discard(tokens: TokenSet) -> str:
+            return await self._revoke(provider, tokens)
+
+        return await self.refresher.usable_tokens(principal, provider.name, refresh, discard)
+
+    def _count_refresh(self, outcome: str) -> None:
+        if self._record_refresh is not None:
+            self._record_refresh(outcome)
 
     async def mark_needs_reauth(self, principal: Principal, provider: ProviderConfig, reason: str) -> None:
         async with self.database.transaction() as conn:
@@ -203,9 +211,12 @@ class Connections:
     ) -> Disconnected:
         """Forget the tokens, then revoke them upstream (refresh token first, RFC 7009). Idempotent.
 
-        Deleting first means a concurrent refresh (which locks the row) finds nothing afterwards; a
-        revocation that fails is reported and audited, the local tokens are gone either way. ``by`` names
-        who asked when it was not the user (``"operator"``), in the audit entries' detail.
+        No lock is taken: a refresh holds a lease, not a row lock (:mod:`store.token_refresh`). Deleting
+        first means a refresh that starts afterwards finds nothing, and one already in flight has its
+        lease-conditional write-back refused; it then finds the row gone, revokes the tokens it was just
+        given and answers "not connected" (:class:`~api.oauth.refresh.TokenRefresher`). A revocation that
+        fails is reported and audited, the local tokens are gone either way. ``by`` names who asked when
+        it was not the user (``"operator"``), in the audit entries' detail.
         """
         async with self.database.transaction() as conn:
             tokens = await ConnectionRepository(conn, self.cipher).delete(principal, provider.name)

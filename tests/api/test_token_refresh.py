@@ -270,6 +270,28 @@ async def test_no_token_value_appears_in_reprs_errors_or_logs(
     assert any(record.name.startswith("api.oauth.refresh") for record in caplog.records)
 
 
+async def test_a_refresh_overtaken_by_a_new_authorization_answers_with_the_new_tokens_and_revokes_nothing(
+    database: Database, new_principal: Callable[[], Principal]
+) -> None:
+    owner = new_principal()
+    await _save(database, owner, _tokens("old", expires_in=timedelta(minutes=-1)))
+    reconnected = _tokens("reconnected")
+    discarded: list[TokenSet] = []
+
+    async def refresh(_: str) -> TokenSet:
+        await _save(database, owner, reconnected)  # the user authorised again meanwhile: the lease is dropped
+        return _tokens("refreshed")
+
+    async def discard(tokens: TokenSet) -> str:
+        discarded.append(tokens)
+        return "revoked"
+
+    assert await _refresher(database).usable_tokens(owner, "demo", refresh, discard) == reconnected
+    assert await _stored(database, owner) == reconnected
+    assert discarded == []
+    assert await _audit(database, owner) == [("refresh", "lease_lost", "superseded")]
+
+
 # --- against the real dev IdP: a disconnect while a refresh is in flight ----------------------------------------
 
 

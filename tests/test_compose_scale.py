@@ -102,7 +102,7 @@ def test_the_compose_balancer_config_has_every_behaviour_the_replica_test_proves
         "retries 3",
         "option redispatch 1",
         "option http-server-close",
-        "option forwardfor",
+        "http-request set-header X-Forwarded-For %[src]",
         "timeout check 3s",
         "balance roundrobin",
         "option httpchk GET /readyz",

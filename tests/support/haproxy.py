@@ -45,10 +45,10 @@ defaults
     retries 3
     option redispatch 1
     option http-server-close
-    option forwardfor
 
 frontend coatcheck
     bind 127.0.0.1:{port}
+    http-request set-header X-Forwarded-For %[src]
     default_backend {BACKEND}
 
 backend {BACKEND}

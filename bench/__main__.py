@@ -229,14 +229,17 @@ def report(
 
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench")
-    parser.add_argument("--seconds", type=float, default=8, help="length of each measured window")
+    parser.add_argument("--seconds", type=int, default=8, help="length of each measured window")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--connections", type=int, default=16, help="concurrent HTTP connections (wrk -c)")
-    parser.add_argument("--warmup", type=float, default=2, help="seconds of load per target before the rounds")
+    parser.add_argument("--warmup", type=int, default=2, help="seconds of load per target before the rounds")
     parser.add_argument("--mode", choices=["both", "sse", "json"], default="both", help="response mode(s) to run")
     parser.add_argument("--smoke", action="store_true", help="one 2 s round per target: checks that it all runs")
     parser.add_argument(
         "--profile", action="store_true", help="after the rounds, py-spy each target once and print where CPU goes"
+    )
+    parser.add_argument(
+        "--profile-only", default="", help="with --profile: comma-separated target keys to profile (e.g. sdk,cart_view)"
     )
     parser.add_argument("--output", type=Path, help="also write every window and ratio to this JSON file")
     args = parser.parse_args()
@@ -343,7 +346,10 @@ def main() -> None:
         if args.profile:
             print("\n== profiles (py-spy, one extra window per target) ==")
             summary["profiles"] = {}
+            only = {k for k in args.profile_only.split(",") if k}
             for target in targets:
+                if only and target.key not in only:
+                    continue
                 sampler = profile.record(target.pid, args.seconds)
                 window = run_window(
                     target.url,

@@ -97,7 +97,7 @@ def run_window(
     url: str,
     script: str,
     *,
-    seconds: float,
+    seconds: int,
     connections: int,
     pid: int,
     sessions: SessionCounter,

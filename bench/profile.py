@@ -146,7 +146,6 @@ def record(pid: int, seconds: float) -> subprocess.Popen[bytes]:
             "--format",
             "raw",
             "--full-filenames",
-            "--nonblocking",
             "--output",
             out.name,
         ],

@@ -6,6 +6,7 @@ from mcp.server.auth.settings import AuthSettings
 from mcp.server.mcpserver import MCPServer, RequestStateSecurity
 
 from api.auth import JwtVerifier
+from api.mcp import sdk_hooks
 from api.mcp.tools_carts import register_cart_tools
 from api.mcp.tools_connections import register_connection_tools
 from api.mcp.tools_orders import register_order_tools
@@ -45,6 +46,7 @@ def build_mcp_server(
         ),
         log_level=cast(LogLevel, settings.log_level.upper()),
     )
+    sdk_hooks.install(mcp)  # skip the SDK's no-op spans and empty Mcp-Param checks (api/mcp/sdk_hooks.py)
     register_cart_tools(mcp, database)
     register_order_tools(mcp, database)
     if connections is not None:

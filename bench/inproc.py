@@ -1,0 +1,186 @@
+"""CPU per call without HTTP or machine noise: ASGI calls made in-process, one at a time.
+
+    python -m bench.inproc [--calls 3000] [--mode sse|json] [--cprofile cart_view]
+
+Builds the stock SDK app (``bench.targets.sdk_app``) and Coatcheck's ``create_app`` in this process, against a
+fresh bench database, and times ``cart_view`` / ``cart_set_item`` through each app's ASGI callable with a real
+token and the real database. No uvicorn, no wrk: what remains is the app's own CPU, so a change in api/ shows
+up here as microseconds per call, long before it is visible through the noise of ``python -m bench``.
+"""
+
+import argparse
+import asyncio
+import cProfile
+import os
+import pstats
+import secrets
+import time
+from collections.abc import Awaitable, Callable
+from contextlib import AsyncExitStack
+from typing import Any
+
+import httpx
+from sqlalchemy.engine import make_url
+
+from bench.__main__ import _dsn, bench_database
+from tests.support.devidp import start_devidp
+from tests.support.waiting import free_port
+from tests.support.wire import modern_request
+
+ASGI = Callable[[dict[str, Any], Callable[[], Awaitable[dict[str, Any]]], Callable[..., Awaitable[None]]], Awaitable[None]]
+
+
+async def call(app: ASGI, host: str, headers: dict[str, str], body: bytes) -> bytes:
+    """One POST /mcp through ``app``; returns the response body."""
+    done = asyncio.Event()
+    chunks: list[bytes] = []
+    sent = False
+
+    async def receive() -> dict[str, Any]:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        await done.wait()
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.body":
+            chunks.append(message.get("body", b""))
+            if not message.get("more_body", False):
+                done.set()
+
+    raw = [(k.lower().encode(), v.encode()) for k, v in {**headers, "host": host}.items()]
+    raw.append((b"content-length", str(len(body)).encode()))
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": "/mcp",
+        "raw_path": b"/mcp",
+        "root_path": "",
+        "query_string": b"",
+        "headers": raw,
+        "client": ("127.0.0.1", 40000),
+        "server": ("127.0.0.1", int(host.rsplit(":", 1)[1])),
+        "state": {},
+    }
+    await app(scope, receive, send)
+    out = b"".join(chunks)
+    if b'"isError":true' in out or b'"error"' in out:
+        raise RuntimeError(out[:500].decode(errors="replace"))
+    return out
+
+
+async def measure(
+    app: ASGI, host: str, headers: dict[str, str], bodies: list[bytes], calls: int, concurrency: int = 16
+) -> float:
+    """CPU microseconds per call over ``calls`` calls made by ``concurrency`` concurrent callers (after a warm-up).
+
+    Concurrent, as under load: a server that is never idle batches its wake-ups, and a lone caller would
+    charge every call the event loop's idle-to-busy transitions.
+    """
+
+    async def caller(n: int, offset: int) -> None:
+        for i in range(n):
+            await call(app, host, headers, bodies[(offset + i) % len(bodies)])
+
+    await asyncio.gather(*(caller(max(1, 200 // concurrency), k) for k in range(concurrency)))
+    per_caller = max(1, calls // concurrency)
+    start = time.process_time()
+    await asyncio.gather(*(caller(per_caller, k) for k in range(concurrency)))
+    return (time.process_time() - start) * 1e6 / (per_caller * concurrency)
+
+
+async def run(args: argparse.Namespace, url: str, issuer: str, token: str, port: int) -> None:
+    os.environ.update(
+        {"BENCH_DSN": _dsn(url), "BENCH_ISS": issuer, "BENCH_SUB": "bench-user", "BENCH_JSON": "1" * (args.mode == "json")}
+    )
+    from api.app import create_app
+    from api.settings import Settings
+    from bench.targets import sdk_app
+
+    host = f"127.0.0.1:{port}"
+    settings = Settings.from_env(
+        database_url=url,
+        public_url=f"http://{host}",
+        oidc_issuer=issuer,
+        request_state_keys=secrets.token_urlsafe(32),
+        token_encryption_keys=secrets.token_urlsafe(32),
+        oidc_client_id="coatcheck-bench",
+        oidc_client_secret=secrets.token_urlsafe(32),
+        log_level="WARNING",
+        mcp_json_response=args.mode == "json",
+        db_pool_size=4,
+        db_max_overflow=0,
+    )
+    coatcheck = create_app(settings)
+    sdk = sdk_app()
+    auth = {"Authorization": f"Bearer {token}"}
+
+    def req(name: str, arguments: dict[str, Any]) -> tuple[dict[str, str], bytes]:
+        import json
+
+        headers, body = modern_request("tools/call", {"name": name, "arguments": arguments}, request_id=1)
+        return headers, json.dumps(body).encode()
+
+    async with AsyncExitStack() as stack:
+        await stack.enter_async_context(coatcheck.lifespan())
+        await stack.enter_async_context(sdk.router.lifespan_context(sdk))
+        h, b = req("cart_create", {})
+        import json
+
+        reply = await call(coatcheck, host, {**h, **auth, "Accept": "application/json, text/event-stream"}, b)
+        text = reply.decode()
+        cart_id = json.loads(text[text.index("{") : text.rindex("}") + 1])["result"]["structuredContent"]["cart_id"]
+        for sku, qty in (("hat-beanie", 2), ("scarf-cashmere", 1), ("brush-lint", 3)):
+            h, b = req("cart_set_item", {"cart_id": cart_id, "sku": sku, "quantity": qty})
+            await call(coatcheck, host, {**h, **auth}, b)
+        view_h, view_b = req("cart_view", {"cart_id": cart_id})
+        set_h, set_b = req("cart_set_item", {"cart_id": cart_id, "sku": "hat-beanie", "quantity": 2})
+        cases: dict[str, tuple[ASGI, dict[str, str], bytes]] = {
+            "sdk": (sdk, view_h, view_b),  # type: ignore[dict-item]
+            "cart_view": (coatcheck, {**view_h, **auth}, view_b),  # type: ignore[dict-item]
+            "cart_set_item": (coatcheck, {**set_h, **auth}, set_b),  # type: ignore[dict-item]
+        }
+        for _ in range(args.repeat):
+            for name, (app, headers, body) in cases.items():
+                us = await measure(app, host, headers, [body], args.calls)
+                print(f"{name:14} [{args.mode}] {us:7.0f} us CPU per call")
+        if args.cprofile:
+            app, headers, body = cases[args.cprofile]
+            profiler = cProfile.Profile(time.process_time)
+            profiler.enable()
+            for _ in range(args.calls):
+                await call(app, host, headers, body)
+            profiler.disable()
+            stats = pstats.Stats(profiler)
+            stats.sort_stats(args.sort).print_stats(args.top)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.inproc")
+    parser.add_argument("--calls", type=int, default=3000)
+    parser.add_argument("--repeat", type=int, default=2)
+    parser.add_argument("--mode", choices=["sse", "json"], default="sse")
+    parser.add_argument("--cprofile", choices=["sdk", "cart_view", "cart_set_item"])
+    parser.add_argument("--sort", default="tottime")
+    parser.add_argument("--top", type=int, default=40)
+    args = parser.parse_args()
+    admin_url = os.environ.get("TEST_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
+    port = free_port()
+    with bench_database(admin_url) as url, start_devidp(
+        port=free_port(), resources=[f"http://127.0.0.1:{port}/mcp"]
+    ) as idp:
+        token = asyncio.run(idp.token("bench-user", resource=f"http://127.0.0.1:{port}/mcp"))
+        assert make_url(url).database
+        httpx.get(idp.issuer + "/.well-known/openid-configuration", timeout=5).raise_for_status()
+        import uvloop
+
+        uvloop.run(run(args, url, idp.issuer, token, port))
+
+
+if __name__ == "__main__":
+    main()

@@ -53,7 +53,10 @@ def run_http_server(app: "Litestar", settings: Settings, *, host: str, port: int
     """
     import uvicorn
 
+    from api.gc_policy import freeze_startup_objects
+
     configure_logging(settings)
+    freeze_startup_objects()  # keeps start-up objects out of every GC pass (the p99; see api/gc_policy.py)
     uvicorn.run(
         app,
         host=host,

@@ -36,6 +36,19 @@ def protected_resource_metadata(settings: Settings) -> dict[str, object]:
     }
 
 
+def database_from(settings: Settings) -> Database:
+    """The database handle the server uses: pool, timeouts and pooler mode from ``settings``."""
+    return Database.connect(
+        settings.database_url,
+        pool_size=settings.db_pool_size,
+        max_overflow=settings.db_max_overflow,
+        pool_timeout=settings.db_pool_timeout_seconds,
+        statement_timeout_ms=settings.db_statement_timeout_ms,
+        lock_timeout_ms=settings.db_lock_timeout_ms,
+        pooler_mode=settings.db_pooler_mode,
+    )
+
+
 def create_app(
     settings: Settings,
     *,
@@ -48,9 +61,7 @@ def create_app(
     ``configure_mcp`` may register more tools before the server starts.
     """
     owns_database = database is None
-    db = database or Database.connect(
-        settings.database_url, pool_size=settings.db_pool_size, max_overflow=settings.db_max_overflow
-    )
+    db = database or database_from(settings)
     http = httpx2.AsyncClient(timeout=httpx2.Timeout(10.0), follow_redirects=False)
     issuer = IssuerMetadata(settings.oidc_issuer, http, internal_url=settings.oidc_issuer_internal_url)
     jwks = JwksCache(issuer, http, ttl=settings.jwks_cache_seconds)

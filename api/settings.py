@@ -9,7 +9,7 @@ from functools import cached_property
 from typing import Annotated, Literal
 from urllib.parse import urlsplit
 
-from pydantic import Field, SecretStr, ValidationError, ValidationInfo, field_validator
+from pydantic import Field, SecretStr, ValidationError, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from api.oauth.providers import load_providers
@@ -89,8 +89,46 @@ class Settings(BaseSettings):
     allowed_origins: Annotated[list[str], NoDecode] = Field(default_factory=list)
     jwt_leeway_seconds: int = Field(default=30, ge=0, le=300)
     jwks_cache_seconds: int = Field(default=600, gt=0)
-    db_pool_size: int = Field(default=10, gt=0)
-    db_max_overflow: int = Field(default=10, ge=0)
+    db_pool_size: int = Field(
+        default=10,
+        gt=0,
+        le=1000,
+        description="Database connections per process, opened on demand and kept (see the README's connection budget).",
+    )
+    db_max_overflow: int = Field(
+        default=0,
+        ge=0,
+        le=1000,
+        description="Extra connections beyond DB_POOL_SIZE, opened and closed per call: leave 0, raise DB_POOL_SIZE.",
+    )
+    db_pool_timeout_seconds: float = Field(
+        default=5.0,
+        gt=0,
+        le=60,
+        description="How long a call waits for a free pooled connection before it fails with a 'server is busy' "
+        "tool error.",
+    )
+    db_statement_timeout_ms: int = Field(
+        default=15000, gt=0, le=3_600_000, description="PostgreSQL statement_timeout for every application statement."
+    )
+    db_lock_timeout_ms: int = Field(
+        default=5000,
+        gt=0,
+        le=3_600_000,
+        description="PostgreSQL lock_timeout for every application statement; must be below DB_STATEMENT_TIMEOUT_MS.",
+    )
+    db_pooler_mode: Literal["none", "transaction"] = Field(
+        default="none",
+        description="none: direct PostgreSQL or PgBouncer >= 1.21 with max_prepared_statements (one round trip, "
+        "statement caches on); transaction: transaction poolers without prepared-statement tracking, e.g. "
+        "PgBouncer 1.18 (no statement caches, an explicit transaction around every statement).",
+    )
+    max_cart_lines: int = Field(
+        default=100,
+        gt=0,
+        le=10000,
+        description="Most lines (distinct products) one cart may hold; cart_set_item refuses a new line beyond it.",
+    )
     readyz_timeout_seconds: float = Field(default=2.0, gt=0)
     mcp_json_response: bool = False
     log_level: str = "INFO"
@@ -140,10 +178,19 @@ class Settings(BaseSettings):
     def _csv(cls, value: object) -> object:
         return _split_csv(value)
 
-    @field_validator("legacy_clients", mode="before")
+    @field_validator("legacy_clients", "db_pooler_mode", mode="before")
     @classmethod
-    def _legacy_clients(cls, value: object) -> object:
+    def _lowercase_choice(cls, value: object) -> object:
         return value.strip().lower() if isinstance(value, str) else value
+
+    @model_validator(mode="after")
+    def _lock_wait_below_statement_timeout(self) -> "Settings":
+        if self.db_lock_timeout_ms >= self.db_statement_timeout_ms:
+            raise ValueError(
+                f"DB_LOCK_TIMEOUT_MS ({self.db_lock_timeout_ms}) must be below DB_STATEMENT_TIMEOUT_MS "
+                f"({self.db_statement_timeout_ms}), so a lock wait fails as a lock wait"
+            )
+        return self
 
     @field_validator("database_url")
     @classmethod
@@ -234,10 +281,11 @@ class SettingsError(Exception):
         """Render pydantic's errors without echoing any submitted value."""
         lines = []
         for error in exc.errors():
-            variable = str(error["loc"][0]).upper() if error["loc"] else "?"
+            variable = str(error["loc"][0]).upper() if error["loc"] else ""
             if error["type"] == "missing":
                 lines.append(f"{variable} is not set")
             else:
                 message = str(error.get("msg", "invalid")).removeprefix("Value error, ")
-                lines.append(message if message.startswith(variable) else f"{variable}: {message}")
+                # A check across several variables (no loc) names them in its own message.
+                lines.append(message if not variable or message.startswith(variable) else f"{variable}: {message}")
         return cls("invalid configuration:\n  " + "\n  ".join(lines))

@@ -8,10 +8,8 @@ else raises the same :class:`~store.errors.NotFound`.
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import NoReturn
 
-from sqlalchemy import bindparam, delete, exists, func, insert, literal, select, update
-from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy import bindparam, delete, func, insert, select, text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from store.errors import Conflict, InvalidInput, NotFound
@@ -23,6 +21,9 @@ from store.scoping import owned_by, principal_params
 
 CART_PREFIX = "cart"
 MAX_QUANTITY = 999
+MAX_CART_LINES = 100
+# A write that loses a compare-and-swap to a concurrent writer re-reads and tries again this often.
+_WRITE_ATTEMPTS = 10
 
 _cart = table_of(Cart)
 _item = table_of(CartItem)
@@ -74,14 +75,83 @@ _VIEW = (
     .where(_cart.c.handle == bindparam("p_handle"), _OWNED)
     .order_by(_item.c.sku)
 )
-_BUMP = (
-    update(_cart)
-    .where(_cart.c.handle == bindparam("p_handle"), _OWNED, _cart.c.status == "open")
-    .values(version=_cart.c.version + 1, updated_at=func.now())
-    .returning(_cart.c.id)
+# cart_set_item in one statement (autocommit: one round trip). Every sub-statement sees the snapshot
+# taken when the statement starts, so the reply is assembled from that snapshot (the other lines) plus
+# the line being written. The version bump is a compare-and-swap on the version read in the same
+# snapshot: if a concurrent writer committed after the snapshot (the UPDATE then waited for the row
+# lock), the recheck fails, nothing is written, and set_item reads again. So what the checks and the
+# reply saw is exactly the cart the write applied to. The checks cost O(1) in the number of lines:
+# one other line's currency stands for all (every write keeps a cart to one currency), the line being
+# set is found by its primary key, and the cap counts the lines the reply lists anyway.
+_SET_ITEM = text(
+    """
+WITH args AS (
+    SELECT CAST(:p_handle AS varchar) AS handle, CAST(:p_iss AS text) AS iss, CAST(:p_sub AS text) AS sub,
+           CAST(:p_sku AS varchar) AS sku, CAST(:p_quantity AS integer) AS quantity,
+           CAST(:p_expected AS integer) AS expected, CAST(:p_max_lines AS integer) AS max_lines
+), target AS (
+    SELECT cart.id, cart.version, cart.status FROM cart, args
+    WHERE cart.handle = args.handle AND cart.principal_iss = args.iss AND cart.principal_sub = args.sub
+), chosen AS (
+    SELECT product.sku, product.name, product.unit_price_cents, product.currency
+    FROM product, args WHERE product.sku = args.sku
+), others AS (
+    SELECT item.sku, product.name, item.quantity, product.unit_price_cents, product.currency
+    FROM target
+    JOIN cart_item AS item ON item.cart_id = target.id
+    JOIN product ON product.sku = item.sku
+    CROSS JOIN args
+    WHERE item.sku <> args.sku
+), allowed AS (
+    SELECT target.id, target.version FROM target, chosen, args
+    WHERE target.status = 'open'
+      AND (args.expected IS NULL OR target.version = args.expected)
+      AND (args.quantity = 0 OR NOT EXISTS (
+            SELECT FROM (SELECT currency FROM others LIMIT 1) AS one_other WHERE one_other.currency <> chosen.currency))
+      AND (args.quantity = 0
+           OR EXISTS (SELECT FROM cart_item WHERE cart_item.cart_id = target.id AND cart_item.sku = args.sku)
+           OR (SELECT count(*) FROM others) < args.max_lines)
+), bumped AS (
+    UPDATE cart SET version = cart.version + 1, updated_at = now()
+    FROM allowed WHERE cart.id = allowed.id AND cart.version = allowed.version
+    RETURNING cart.id, cart.version
+), upserted AS (
+    INSERT INTO cart_item (cart_id, sku, quantity)
+    SELECT bumped.id, args.sku, args.quantity FROM bumped, args WHERE args.quantity > 0
+    ON CONFLICT (cart_id, sku) DO UPDATE SET quantity = excluded.quantity
+    RETURNING cart_id
+), removed AS (
+    DELETE FROM cart_item USING bumped, args
+    WHERE cart_item.cart_id = bumped.id AND cart_item.sku = args.sku AND args.quantity = 0
+    RETURNING cart_item.cart_id
 )
-_BUMP_IF_VERSION = _BUMP.where(_cart.c.version == bindparam("p_expected"))
-_STATUS = select(_cart.c.status, _cart.c.version).where(_cart.c.handle == bindparam("p_handle"), _OWNED)
+SELECT bumped.version, line.sku, line.name, line.quantity, line.unit_price_cents, line.currency
+FROM bumped LEFT JOIN (
+    SELECT sku, name, quantity, unit_price_cents, currency FROM others
+    UNION ALL
+    SELECT chosen.sku, chosen.name, args.quantity, chosen.unit_price_cents, chosen.currency
+    FROM chosen, args WHERE args.quantity > 0
+) AS line ON true
+ORDER BY line.sku
+"""
+)
+# Only after a refused write: why it was refused, as the cart is now.
+_WHY_NOT_SET = text(
+    """
+WITH chosen AS (SELECT sku, currency FROM product WHERE sku = CAST(:p_sku AS varchar))
+SELECT cart.status, cart.version,
+       EXISTS (SELECT FROM chosen) AS known,
+       EXISTS (SELECT FROM cart_item AS item JOIN product ON product.sku = item.sku, chosen
+               WHERE item.cart_id = cart.id AND item.sku <> chosen.sku AND product.currency <> chosen.currency)
+           AS mixed_currency,
+       EXISTS (SELECT FROM cart_item WHERE cart_item.cart_id = cart.id AND cart_item.sku = CAST(:p_sku AS varchar))
+           AS has_line,
+       (SELECT count(*) FROM cart_item WHERE cart_item.cart_id = cart.id) AS line_count
+FROM cart
+WHERE cart.handle = CAST(:p_handle AS varchar)
+  AND cart.principal_iss = CAST(:p_iss AS text) AND cart.principal_sub = CAST(:p_sub AS text)
+"""
+)
 _LIST = (
     select(
         _cart.c.handle,
@@ -143,75 +213,83 @@ class CartRepository:
         )
 
     async def set_item(
-        self, principal: Principal, handle: str, sku: str, quantity: int, expected_version: int | None = None
+        self,
+        principal: Principal,
+        handle: str,
+        sku: str,
+        quantity: int,
+        expected_version: int | None = None,
+        *,
+        max_lines: int = MAX_CART_LINES,
     ) -> CartView:
         """Set the line for ``sku`` to ``quantity`` (0 removes it) and return the updated cart.
 
-        The version bump takes the row lock first, so concurrent writers to one cart serialise.
+        One statement: the version bump (which takes the cart's row lock, so concurrent writers
+        serialise), the checks, the upsert or removal and the reply. A refused write costs one more
+        query to say why; a write that lost a race with a concurrent writer is tried again.
 
         Raises:
             NotFound: the handle names no cart of this principal.
             Conflict: the cart is checked out, or its version is not ``expected_version``.
-            InvalidInput: unknown sku, quantity out of range, or a currency other than the cart's.
+            InvalidInput: unknown sku, quantity out of range, a currency other than the cart's, or a
+                new line beyond ``max_lines``.
         """
         if not 0 <= quantity <= MAX_QUANTITY:
             raise InvalidInput(f"quantity must be between 0 and {MAX_QUANTITY}; use 0 to remove the item")
         if not is_well_formed(handle, CART_PREFIX):
             raise NotFound("cart", handle)
-        params: dict[str, object] = {"p_handle": handle, **principal_params(principal)}
-        if expected_version is None:
-            bumped = await self._conn.execute(_BUMP, params)
-        else:
-            bumped = await self._conn.execute(_BUMP_IF_VERSION, {**params, "p_expected": expected_version})
-        cart_id = bumped.scalar_one_or_none()
-        if cart_id is None:
-            await self._explain_unwritable(principal, handle, expected_version)
+        params: dict[str, object] = {
+            "p_handle": handle,
+            **principal_params(principal),
+            "p_sku": sku,
+            "p_quantity": quantity,
+            "p_expected": expected_version,
+            "p_max_lines": max_lines,
+        }
+        for _ in range(_WRITE_ATTEMPTS):
+            rows = (await self._conn.execute(_SET_ITEM, params)).all()
+            if rows:
+                lines = [
+                    PricedLine(sku=line_sku, name=name, quantity=qty, unit_price_cents=price)
+                    for _, line_sku, name, qty, price, _ in rows
+                    if line_sku is not None
+                ]
+                return CartView(
+                    handle=handle,
+                    version=rows[0][0],
+                    status="open",
+                    items=lines,
+                    total_cents=sum(line.line_total_cents for line in lines),
+                    currency=rows[0][5] if lines else None,
+                )
+            await self._explain_refused(params, expected_version, max_lines)
+        raise Conflict("the cart is being changed by several calls at once; call cart_view, then retry")
 
-        if quantity == 0:
-            known = await self._conn.execute(select(literal(True)).where(exists().where(_product.c.sku == sku)))
-            if known.scalar_one_or_none() is None:
-                raise InvalidInput(f"unknown sku {sku!r}; use catalog_search to find products")
-            await self._conn.execute(delete(_item).where(_item.c.cart_id == cart_id, _item.c.sku == sku))
-        else:
-            other = _product.alias("other")
-            mixed_currency = (
-                select(literal(True))
-                .select_from(_item.join(other, other.c.sku == _item.c.sku))
-                .where(_item.c.cart_id == cart_id, other.c.currency != _product.c.currency)
-                .exists()
-            )
-            upsert = pg_insert(_item).from_select(
-                ["cart_id", "sku", "quantity"],
-                select(literal(cart_id), _product.c.sku, literal(quantity)).where(
-                    _product.c.sku == sku, ~mixed_currency
-                ),
-            )
-            stmt = upsert.on_conflict_do_update(
-                index_elements=[_item.c.cart_id, _item.c.sku], set_={"quantity": upsert.excluded.quantity}
-            ).returning(_item.c.sku)
-            if (await self._conn.execute(stmt)).scalar_one_or_none() is None:
-                await self._explain_unusable_sku(sku)
-        return await self.view(principal, handle)
-
-    async def _explain_unwritable(self, principal: Principal, handle: str, expected_version: int | None) -> NoReturn:
-        row = (await self._conn.execute(_STATUS, {"p_handle": handle, **principal_params(principal)})).one_or_none()
-        if row is None:
-            raise NotFound("cart", handle)
-        status, version = row
+    async def _explain_refused(self, params: dict[str, object], expected_version: int | None, max_lines: int) -> None:
+        """Raise why the write was refused; return if nothing stands in its way now (it lost a race)."""
+        why = (await self._conn.execute(_WHY_NOT_SET, params)).one_or_none()
+        if why is None:
+            raise NotFound("cart", str(params["p_handle"]))
+        status, version, known, mixed_currency, has_line, line_count = why
+        sku, quantity = params["p_sku"], params["p_quantity"]
         if status != "open":
             raise Conflict("this cart is checked out and can no longer be changed; create a new cart with cart_create")
-        raise Conflict(
-            f"the cart changed: it is at version {version}, not {expected_version}; "
-            "call cart_view to see the current contents, then retry with that version"
-        )
-
-    async def _explain_unusable_sku(self, sku: str) -> NoReturn:
-        exists_row = (await self._conn.execute(select(_product.c.sku).where(_product.c.sku == sku))).one_or_none()
-        if exists_row is None:
+        if expected_version is not None and version != expected_version:
+            raise Conflict(
+                f"the cart changed: it is at version {version}, not {expected_version}; "
+                "call cart_view to see the current contents, then retry with that version"
+            )
+        if not known:
             raise InvalidInput(f"unknown sku {sku!r}; use catalog_search to find products")
-        raise InvalidInput(
-            f"{sku!r} is priced in another currency than the items already in this cart; use a separate cart"
-        )
+        if quantity and mixed_currency:
+            raise InvalidInput(
+                f"{sku!r} is priced in another currency than the items already in this cart; use a separate cart"
+            )
+        if quantity and not has_line and line_count >= max_lines:
+            raise InvalidInput(
+                f"this cart already has {line_count} lines, the most a cart may hold ({max_lines}); "
+                "remove a line (quantity 0), or put the item in another cart with cart_create"
+            )
 
     async def list(self, principal: Principal) -> list[CartSummary]:
         """The principal's carts, newest first, with line and item counts and totals."""

@@ -1,18 +1,57 @@
-"""The engine and the unit of work.
+"""The engine, the connection pool and the unit of work.
 
-One tool call is one transaction: callers open :meth:`Database.transaction` once and
-pass the connection to every repository they use within it.
+One tool call is one unit of work: callers open :meth:`Database.transaction` (or
+:meth:`Database.one_statement` for a lone statement) once and pass the connection to every
+repository they use within it.
+
+Three rules keep the pool whole under load:
+
+* **A fixed-size pool.** ``pool_size`` connections are opened on demand and kept; a call that
+  finds them all busy waits up to ``pool_timeout`` seconds and then fails with
+  :class:`~store.errors.Unavailable` instead of opening a connection per call.
+* **Cancellation cannot interrupt database work.** A unit of work runs shielded from
+  cancellation (a client that drops its HTTP connection cancels the request task): the
+  statements finish, the connection goes back to the pool in a clean state, and only then
+  does the cancellation take effect. Every wait inside is bounded: the pool wait by
+  ``pool_timeout``, lock waits by ``lock_timeout``, statements by ``statement_timeout``.
+* **Timeouts never ride in the startup packet**, which connection poolers refuse. See
+  :class:`PoolerMode` for how they reach the server.
 """
 
 import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal
 
+import anyio
 from sqlalchemy import event, text
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import DisconnectionError, SQLAlchemyError
+from sqlalchemy.exc import DBAPIError, DisconnectionError, SQLAlchemyError
+from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+
+from store.errors import Unavailable
+
+PoolerMode = Literal["none", "transaction"]
+"""How Coatcheck talks to whatever sits between it and PostgreSQL.
+
+``none``
+    Direct PostgreSQL (or a pooler that tracks protocol-level prepared statements and session
+    settings, such as PgBouncer >= 1.21 with ``max_prepared_statements``). Statements are
+    prepared once per connection and cached; a lone statement runs in autocommit, one round trip.
+    The timeouts are set once per connection, with ``SET`` right after it is opened.
+``transaction``
+    A transaction-pooling PgBouncer without prepared-statement tracking (e.g. 1.18): a pooled
+    server connection belongs to this client only for the length of one transaction. So no
+    statement is cached (each is parsed again in the exchange that executes it), every unit of
+    work is an explicit transaction, and the timeouts are ``SET LOCAL`` in the same message as
+    its ``BEGIN``. A lone statement then costs four round trips instead of one.
+"""
+
+POOLER_MODES: tuple[PoolerMode, ...] = ("none", "transaction")
+
+_TIMED_OUT = {"57014": "statement_timeout", "55P03": "lock_timeout"}
 
 
 def async_database_url(url: str) -> str:
@@ -41,52 +80,188 @@ def _discard_closed_connections(dbapi_connection: Any, _record: object, _proxy: 
         raise DisconnectionError("pooled connection was closed by the server")
 
 
-class Database:
-    """Owns an :class:`AsyncEngine` and hands out transactions."""
+@dataclass(frozen=True, slots=True)
+class SessionSettings:
+    """The server settings every application session runs with."""
 
-    def __init__(self, engine: AsyncEngine) -> None:
+    statement_timeout_ms: int = 15000
+    lock_timeout_ms: int = 5000
+
+    def __post_init__(self) -> None:
+        if not 0 < self.lock_timeout_ms < self.statement_timeout_ms:
+            # A lock wait that outlives the statement timeout would surface as a statement timeout,
+            # hiding which of the two the operator has to look at.
+            raise ValueError("lock_timeout must be greater than 0 and below statement_timeout")
+
+    def assignments(self) -> list[tuple[str, str]]:
+        """``(name, value)`` pairs; JIT is off because these are short OLTP statements (see README)."""
+        return [
+            ("statement_timeout", str(self.statement_timeout_ms)),
+            ("lock_timeout", str(self.lock_timeout_ms)),
+            ("jit", "off"),
+        ]
+
+    def set_sql(self, *, local: bool) -> str:
+        """One simple-protocol string that applies every setting (numbers and keywords only)."""
+        verb = "SET LOCAL" if local else "SET"
+        return "; ".join(f"{verb} {name} = {value}" for name, value in self.assignments())
+
+
+class Database:
+    """Owns an :class:`AsyncEngine` and hands out units of work."""
+
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        *,
+        pooler_mode: PoolerMode = "none",
+        session: SessionSettings | None = None,
+    ) -> None:
         self.engine = engine
+        self.pooler_mode: PoolerMode = pooler_mode
         # Shares the pool; asyncpg then sends no BEGIN/COMMIT around a lone statement.
         self._autocommit = engine.execution_options(isolation_level="AUTOCOMMIT")
+        self._begin_sql = "BEGIN; " + (session or SessionSettings()).set_sql(local=True)
 
     @classmethod
     def connect(
-        cls, url: str, *, pool_size: int = 10, max_overflow: int = 10, statement_timeout_ms: int = 15000
+        cls,
+        url: str,
+        *,
+        pool_size: int = 10,
+        max_overflow: int = 0,
+        pool_timeout: float = 5.0,
+        statement_timeout_ms: int = 15000,
+        lock_timeout_ms: int = 5000,
+        pooler_mode: PoolerMode = "none",
     ) -> "Database":
-        """Create a database handle for ``url`` (no connection is opened until first use)."""
+        """Create a database handle for ``url`` (no connection is opened until first use).
+
+        ``max_overflow`` connections beyond ``pool_size`` are opened and closed per call: leave it
+        at 0 in production (see the README's connection budget).
+        """
+        if pooler_mode not in POOLER_MODES:
+            raise ValueError(f"pooler_mode must be one of {', '.join(POOLER_MODES)}")
+        session = SessionSettings(statement_timeout_ms=statement_timeout_ms, lock_timeout_ms=lock_timeout_ms)
+        connect_args: dict[str, object] = {}
+        if pooler_mode == "transaction":
+            # Both caches off: asyncpg then uses the unnamed statement and re-parses it in the very
+            # exchange that executes it, so no statement outlives the pooled server connection.
+            connect_args = {"statement_cache_size": 0, "prepared_statement_cache_size": 0}
         engine = create_async_engine(
             async_database_url(url),
             pool_size=pool_size,
             max_overflow=max_overflow,
+            pool_timeout=pool_timeout,
             # No pre-ping round trip; see _discard_closed_connections for the cheap local check instead.
-            connect_args={"server_settings": {"statement_timeout": str(statement_timeout_ms)}},
+            connect_args=connect_args,
         )
         event.listen(engine.sync_engine, "checkout", _discard_closed_connections)
-        return cls(engine)
+        if pooler_mode == "none":
+            set_session = session.set_sql(local=False)
+
+            def apply_session_settings(dbapi_connection: Any, _record: object) -> None:
+                # Once per physical connection (one round trip), never per call.
+                dbapi_connection.run_async(lambda driver: driver.execute(set_session))
+
+            event.listen(engine.sync_engine, "connect", apply_session_settings)
+        return cls(engine, pooler_mode=pooler_mode, session=session)
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[AsyncConnection]:
-        """Run a block in one transaction: commit on success, roll back on any exception."""
-        async with self.engine.begin() as conn:
-            yield conn
+        """Run a block in one transaction: commit on success, roll back on any exception.
+
+        The block must be database work only: it is shielded from cancellation, so it must never
+        wait on the network or on another request.
+
+        Raises:
+            Unavailable: no pooled connection freed up in time, or a statement hit a timeout.
+        """
+        with anyio.CancelScope(shield=True):
+            async with self._translated():
+                if self.pooler_mode == "transaction":
+                    async with self._explicit_transaction() as conn:
+                        yield conn
+                else:
+                    async with self.engine.begin() as conn:
+                        yield conn
 
     @asynccontextmanager
     async def one_statement(self) -> AsyncIterator[AsyncConnection]:
         """Run a block that issues exactly one statement, as its own transaction (autocommit).
 
-        A lone statement is atomic anyway; this saves the BEGIN and COMMIT round trips.
+        A lone statement is atomic anyway; this saves the BEGIN and COMMIT round trips
+        (except in ``transaction`` pooler mode, where every unit of work is a transaction).
 
-        A block that issues more than one statement must use :meth:`transaction` instead.
+        A block that issues more than one statement must use :meth:`transaction` instead, unless
+        each statement is written to be correct on its own (see :meth:`autocommit`).
         """
-        async with self._autocommit.connect() as conn:
+        async with self.autocommit() as conn:
             yield conn
+
+    @asynccontextmanager
+    async def autocommit(self) -> AsyncIterator[AsyncConnection]:
+        """Run a block whose statements each commit on their own.
+
+        For blocks whose every statement is self-validating (a compare-and-swap that writes nothing
+        when what it read has moved on), so no lock or transaction has to span two statements.
+        Shielded from cancellation like :meth:`transaction`.
+        """
+        with anyio.CancelScope(shield=True):
+            async with self._translated():
+                if self.pooler_mode == "transaction":
+                    async with self._explicit_transaction() as conn:
+                        yield conn
+                else:
+                    async with self._autocommit.connect() as conn:
+                        yield conn
+
+    @asynccontextmanager
+    async def _explicit_transaction(self) -> AsyncIterator[AsyncConnection]:
+        # BEGIN and the SET LOCALs travel in one simple-protocol message: the settings cost no round trip
+        # and hold for exactly this transaction, on whichever server connection the pooler picked.
+        async with self._autocommit.connect() as conn:
+            driver = (await conn.get_raw_connection()).driver_connection
+            assert driver is not None  # a checked-out connection always has one  # noqa: S101
+            await driver.execute(self._begin_sql)
+            try:
+                yield conn
+            except BaseException:
+                await self._end(conn, driver, "ROLLBACK")
+                raise
+            await self._end(conn, driver, "COMMIT")
+
+    @staticmethod
+    async def _end(conn: AsyncConnection, driver: Any, command: str) -> None:
+        try:
+            await driver.execute(command)
+        except BaseException:
+            # A connection whose transaction state is unknown must not go back to the pool.
+            await conn.invalidate()
+            raise
+
+    @asynccontextmanager
+    async def _translated(self) -> AsyncIterator[None]:
+        try:
+            yield
+        except PoolTimeoutError:
+            raise Unavailable(
+                "the server is busy: every database connection is in use; nothing was changed, retry in a moment"
+            ) from None
+        except DBAPIError as exc:
+            which = _TIMED_OUT.get(getattr(exc.orig, "sqlstate", None) or "")
+            if which is None:
+                raise
+            raise Unavailable(
+                f"the database did not answer in time ({which}); nothing was changed, retry in a moment"
+            ) from None
 
     async def ping(self, within: float) -> bool:
         """Tell whether the database answers ``SELECT 1`` within ``within`` seconds."""
         try:
-            async with asyncio.timeout(within), self.engine.connect() as conn:
+            async with asyncio.timeout(within), self.one_statement() as conn:
                 await conn.execute(text("SELECT 1"))
-        except (SQLAlchemyError, OSError, TimeoutError):
+        except (SQLAlchemyError, OSError, TimeoutError, Unavailable):
             return False
         return True
 

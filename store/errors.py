@@ -35,3 +35,10 @@ class DecryptError(StoreError):
 
 class InvalidGrant(StoreError):  # noqa: N818 - the OAuth error code it stands for
     """The provider refused a refresh token (OAuth ``invalid_grant``): the user must connect again."""
+
+
+class Unavailable(StoreError):  # noqa: N818
+    """The database could not serve the call in time (pool exhausted, statement or lock timeout); retry later.
+
+    Nothing was written: the statement or transaction that timed out was rolled back.
+    """

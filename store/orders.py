@@ -4,22 +4,25 @@ Checking out is two steps the caller runs in separate transactions (and, in an M
 deployment, possibly on different server instances):
 
 1. :meth:`OrderRepository.quote` prices the cart as it is now. One read, no lock, no write.
-2. :meth:`OrderRepository.place` turns a quote the user confirmed into an order. It locks
-   the cart row, re-reads the cart and either places the order or, if the cart or its
-   prices moved since the quote, returns a fresh quote to confirm instead.
+2. :meth:`OrderRepository.place` turns a quote the user confirmed into an order in two
+   statements, each committing on its own: it re-reads the cart and either returns a fresh
+   quote (the cart or its prices moved since the quote) or places the order with one
+   statement that closes the cart only if it is still open at the version just read.
 
 Exactly-once comes from PostgreSQL, not from process memory. The confirmation carries a
-random ``nonce`` that is stored on the order (unique per principal) in the same
-transaction that creates it, and ``orders.cart_id`` is unique. The cart row lock
-serialises concurrent placements for one cart; the loser then sees the winner's order
-and either returns it (same nonce: a retry of the same confirmation) or refuses (another
-confirmation). The unique constraints back this up should the lock ever be bypassed.
+random ``nonce`` that is stored on the order (unique per principal) in the same statement
+that creates it, and ``orders.cart_id`` is unique. The placing statement is a
+compare-and-swap on the cart's version and status, and it takes the cart row lock that
+cart_set_item and cart_delete take too: of concurrent placements for one cart exactly one
+closes it; the others write nothing, read again, and see the winner's order, which they
+either return (same nonce: a retry of the same confirmation) or refuse (another
+confirmation). The unique constraints back this up.
 """
 
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import Integer, String, Text, bindparam, func, insert, select, true, update
+from sqlalchemy import BigInteger, Integer, String, Text, bindparam, func, insert, select, true, update
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -33,6 +36,8 @@ from store.scoping import owned_by, principal_params
 
 ORDER_PREFIX = "ord"
 MAX_NONCE_LENGTH = 64
+# A placement that loses its compare-and-swap to a concurrent change reads again this often.
+_PLACE_ATTEMPTS = 10
 
 _cart = table_of(Cart)
 _item = table_of(CartItem)
@@ -161,21 +166,43 @@ _SNAPSHOT = (
     .where(_cart.c.handle == bindparam("p_cart"), _OWNS_CART)
     .order_by(_item.c.sku)
 )
-# Only the cart row: cart_set_item and cart_delete take the same lock first, so the lines read
-# with it cannot change until the placing transaction ends.
-_SNAPSHOT_LOCKED = _SNAPSHOT.with_for_update(of=_cart)
-
+# Closes the cart only if it is still open at the version the snapshot read. Every line change bumps
+# the version, so an unchanged version proves the lines are the ones read: the order gets exactly
+# what the user confirmed, or nothing is written at all.
+_CLOSED = (
+    update(_cart)
+    .where(
+        _cart.c.id == bindparam("p_cart_id"),
+        _cart.c.version == bindparam("p_version"),
+        _cart.c.status == "open",
+    )
+    .values(status="checked_out", version=_cart.c.version + 1, updated_at=func.now())
+    .returning(_cart.c.id)
+    .cte("closed")
+)
 _NEW_ORDER = (
     insert(_order)
-    .values(
-        handle=bindparam("p_order"),
-        principal_iss=bindparam("p_iss"),
-        principal_sub=bindparam("p_sub"),
-        cart_id=bindparam("p_cart_id"),
-        cart_handle=bindparam("p_cart"),
-        checkout_nonce=bindparam("p_nonce"),
-        total_cents=bindparam("p_total"),
-        currency=bindparam("p_currency"),
+    .from_select(
+        [
+            "handle",
+            "principal_iss",
+            "principal_sub",
+            "cart_id",
+            "cart_handle",
+            "checkout_nonce",
+            "total_cents",
+            "currency",
+        ],
+        select(
+            bindparam("p_order", type_=String),
+            bindparam("p_iss", type_=Text),
+            bindparam("p_sub", type_=Text),
+            _CLOSED.c.id,
+            bindparam("p_cart", type_=String),
+            bindparam("p_nonce", type_=String),
+            bindparam("p_total", type_=BigInteger),
+            bindparam("p_currency", type_=String),
+        ),
     )
     .returning(_order.c.id)
     .cte("new_order")
@@ -201,13 +228,9 @@ _NEW_LINES = (
     )
     .cte("new_lines")
 )
-# Order, lines and the closed cart in one statement: PostgreSQL runs every data-modifying CTE.
-_PLACE = (
-    update(_cart)
-    .where(_cart.c.id == bindparam("p_cart_id"))
-    .values(status="checked_out", version=_cart.c.version + 1, updated_at=func.now())
-    .add_cte(_NEW_ORDER, _NEW_LINES)
-)
+# The closed cart, the order and its lines in one statement; each insert feeds on the row before it,
+# so a cart that moved on yields no order and no lines.
+_PLACE = select(_NEW_ORDER.c.id).add_cte(_CLOSED, _NEW_LINES)
 
 _PLACED_WITH = select(_order.c.handle, _order.c.total_cents, _order.c.currency, _order.c.status).where(
     _OWNS_ORDER, _order.c.checkout_nonce == bindparam("p_nonce")
@@ -265,10 +288,9 @@ class OrderRepository:
     def __init__(self, conn: AsyncConnection) -> None:
         self._conn = conn
 
-    async def _snapshot(self, principal: Principal, cart_handle: str, *, lock: bool) -> _CartSnapshot | None:
-        """The cart, its priced lines and its order, in one query; ``lock`` takes the cart row lock."""
-        stmt = _SNAPSHOT_LOCKED if lock else _SNAPSHOT
-        rows = (await self._conn.execute(stmt, {"p_cart": cart_handle, **principal_params(principal)})).all()
+    async def _snapshot(self, principal: Principal, cart_handle: str) -> _CartSnapshot | None:
+        """The cart, its priced lines and its order, in one query."""
+        rows = (await self._conn.execute(_SNAPSHOT, {"p_cart": cart_handle, **principal_params(principal)})).all()
         if not rows:
             return None
         first = rows[0]
@@ -298,7 +320,7 @@ class OrderRepository:
         """
         if not is_well_formed(cart_handle, CART_PREFIX):
             raise NotFound("cart", cart_handle)
-        snapshot = await self._snapshot(principal, cart_handle, lock=False)
+        snapshot = await self._snapshot(principal, cart_handle)
         if snapshot is None:
             raise NotFound("cart", cart_handle)
         if snapshot.status != "open":
@@ -316,6 +338,9 @@ class OrderRepository:
         placed it (a retried confirmation); or a fresh :class:`CheckoutQuote`, writing
         nothing, when the cart or its total changed since ``confirmed`` was shown.
 
+        Two statements (a read, then the placing compare-and-swap), each correct on its own, so
+        they need no transaction around them; a placement that lost a race reads again.
+
         Raises:
             NotFound: the handle names no cart of this principal (and no order came from this nonce).
             Conflict: the cart was checked out by another confirmation (the message names its order).
@@ -325,46 +350,45 @@ class OrderRepository:
         cart_handle = confirmed.cart_handle
         if not is_well_formed(cart_handle, CART_PREFIX):
             raise NotFound("cart", cart_handle)
-        snapshot = await self._snapshot(principal, cart_handle, lock=True)
-        if snapshot is not None and (snapshot.status, snapshot.version) != ("open", confirmed.version):
-            # The cart row changed since the quote. If this statement had to wait for the row lock,
-            # PostgreSQL re-read only the locked cart row; the lines and the order joined to it are
-            # from before the wait. Now that the lock is ours, a new statement sees the committed state.
-            # (An unchanged version proves the lines are unchanged: every line change bumps it.)
-            snapshot = await self._snapshot(principal, cart_handle, lock=False)
-        if snapshot is None:
-            # The cart may have been deleted after this very confirmation placed its order.
-            placed = await self.placed_with(principal, nonce)
-            if placed is None:
-                raise NotFound("cart", cart_handle)
-            return placed
-        if snapshot.status != "open":
-            if snapshot.order is not None and snapshot.order_nonce == nonce:
-                return snapshot.order
-            raise _already_checked_out(snapshot.order.handle if snapshot.order else None)
-        if not snapshot.lines:
-            raise _empty_cart()
-        current = snapshot.quote(cart_handle)
-        if not current.same_offer(confirmed):
-            return current
-        return await self._insert(principal, snapshot, current, nonce)
+        for _ in range(_PLACE_ATTEMPTS):
+            snapshot = await self._snapshot(principal, cart_handle)
+            if snapshot is None:
+                # The cart may have been deleted after this very confirmation placed its order.
+                placed = await self.placed_with(principal, nonce)
+                if placed is None:
+                    raise NotFound("cart", cart_handle)
+                return placed
+            if snapshot.status != "open":
+                if snapshot.order is not None and snapshot.order_nonce == nonce:
+                    return snapshot.order
+                raise _already_checked_out(snapshot.order.handle if snapshot.order else None)
+            if not snapshot.lines:
+                raise _empty_cart()
+            current = snapshot.quote(cart_handle)
+            if not current.same_offer(confirmed):
+                return current
+            receipt = await self._insert(principal, snapshot, current, nonce)
+            if receipt is not None:
+                return receipt
+        raise Conflict("the cart kept changing during checkout; call cart_checkout again")
 
     async def _insert(
         self, principal: Principal, snapshot: _CartSnapshot, quote: CheckoutQuote, nonce: str
-    ) -> OrderReceipt:
-        """Create the order and its lines and close the cart, in one statement.
+    ) -> OrderReceipt | None:
+        """Close the cart and create the order and its lines in one statement, if the cart is unchanged.
 
-        The lines come from the locked snapshot rather than a second read of the catalog, so
-        the stored lines always add up to the stored total.
+        The lines come from the snapshot rather than a second read of the catalog, so the stored
+        lines always add up to the stored total. ``None``: the cart moved on since the snapshot.
         """
         handle = new_handle(ORDER_PREFIX)
         lines = snapshot.lines
-        await self._conn.execute(
+        placed = await self._conn.execute(
             _PLACE,
             {
                 "p_order": handle,
                 **principal_params(principal),
                 "p_cart_id": snapshot.cart_id,
+                "p_version": snapshot.version,
                 "p_cart": quote.cart_handle,
                 "p_nonce": nonce,
                 "p_total": quote.total_cents,
@@ -375,6 +399,8 @@ class OrderRepository:
                 "p_prices": [line.unit_price_cents for line in lines],
             },
         )
+        if placed.scalar_one_or_none() is None:
+            return None
         return OrderReceipt(handle=handle, total_cents=quote.total_cents, currency=quote.currency, status="placed")
 
     async def placed_with(self, principal: Principal, nonce: str) -> OrderReceipt | None:

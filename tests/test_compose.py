@@ -97,7 +97,10 @@ def test_services_start_in_dependency_order_and_share_one_database(compose: dict
     assert services["app"]["depends_on"]["migrate"]["condition"] == "service_completed_successfully"
     assert services["app"]["depends_on"]["db"]["condition"] == "service_healthy"
     assert services["migrate"]["depends_on"]["db"]["condition"] == "service_healthy"
+    # The README's token command needs the IdP answering, not just started (it used to exit on a bad volume).
+    assert services["app"]["depends_on"]["idp"]["condition"] == "service_healthy"
     assert "healthcheck" in services["db"]
+    assert "healthcheck" in services["idp"]
     assert _env(services["migrate"])["DATABASE_URL"] == _env(services["app"])["DATABASE_URL"]
     db_env = _env(services["db"])
     url = urlsplit(_env(services["app"])["DATABASE_URL"])

@@ -110,3 +110,30 @@ def test_serve_exits_with_a_message_naming_the_variable_when_a_secret_is_missing
     )
     assert result.returncode == 2
     assert "REQUEST_STATE_KEYS is not set" in result.stderr
+
+
+def test_the_pool_is_fixed_size_with_a_bounded_wait_and_direct_mode_by_default(env: dict[str, str]) -> None:
+    settings = Settings.from_env()
+    assert (settings.db_pool_size, settings.db_max_overflow, settings.db_pool_timeout_seconds) == (10, 0, 5.0)
+    assert (settings.db_statement_timeout_ms, settings.db_lock_timeout_ms) == (15000, 5000)
+    assert settings.db_pooler_mode == "none"
+
+
+def test_db_pooler_mode_accepts_transaction_and_refuses_anything_else(
+    env: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DB_POOLER_MODE", " Transaction ")
+    assert Settings.from_env().db_pooler_mode == "transaction"
+    monkeypatch.setenv("DB_POOLER_MODE", "session")
+    with pytest.raises(SettingsError, match="DB_POOLER_MODE: Input should be 'none' or 'transaction'"):
+        Settings.from_env()
+
+
+@pytest.mark.parametrize("lock_timeout", ["15000", "20000"])
+def test_a_lock_timeout_not_below_the_statement_timeout_stops_start_up_naming_both(
+    env: dict[str, str], monkeypatch: pytest.MonkeyPatch, lock_timeout: str
+) -> None:
+    monkeypatch.setenv("DB_STATEMENT_TIMEOUT_MS", "15000")
+    monkeypatch.setenv("DB_LOCK_TIMEOUT_MS", lock_timeout)
+    with pytest.raises(SettingsError, match=r"DB_LOCK_TIMEOUT_MS \(\d+\) must be below DB_STATEMENT_TIMEOUT_MS"):
+        Settings.from_env()

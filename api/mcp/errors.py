@@ -12,7 +12,7 @@ from typing import ParamSpec, TypeVar
 
 from mcp.server.mcpserver.exceptions import ToolError
 
-from store.errors import Conflict, InvalidInput, NotFound
+from store.errors import Conflict, InvalidInput, NotFound, Unavailable
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -40,7 +40,7 @@ def tool_errors(fn: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
             return await fn(*args, **kwargs)
         except NotFound as exc:
             raise ToolError(not_found_text(exc.kind, exc.handle)) from None
-        except (Conflict, InvalidInput) as exc:
+        except (Conflict, InvalidInput, Unavailable) as exc:
             text = str(exc)
             raise ToolError(text[:1].upper() + text[1:] + ".") from None
 

@@ -47,7 +47,7 @@ def build_mcp_server(
         log_level=cast(LogLevel, settings.log_level.upper()),
     )
     sdk_hooks.install(mcp)  # skip the SDK's no-op spans and empty Mcp-Param checks (api/mcp/sdk_hooks.py)
-    register_cart_tools(mcp, database)
+    register_cart_tools(mcp, database, max_cart_lines=settings.max_cart_lines)
     register_order_tools(mcp, database)
     if connections is not None:
         register_connection_tools(mcp, connections)

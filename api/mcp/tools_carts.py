@@ -17,7 +17,7 @@ from api.mcp.schemas import (
     CatalogSearchOut,
     ProductOut,
 )
-from store.carts import MAX_QUANTITY, CartRepository
+from store.carts import MAX_CART_LINES, MAX_QUANTITY, CartRepository
 from store.catalog import search_products
 from store.db import Database
 
@@ -26,7 +26,7 @@ MAX_SEARCH_RESULTS = 100
 CartId = Annotated[str, Field(description="A cart handle returned by cart_create (cart_…)", max_length=200)]
 
 
-def register_cart_tools(mcp: MCPServer, database: Database) -> None:
+def register_cart_tools(mcp: MCPServer, database: Database, *, max_cart_lines: int = MAX_CART_LINES) -> None:
     """Register the catalog and cart tools on ``mcp``."""
 
     @mcp.tool(
@@ -73,8 +73,11 @@ def register_cart_tools(mcp: MCPServer, database: Database) -> None:
         expected_version: int | None = None,
     ) -> CartOut:
         principal = current_principal()
-        async with database.transaction() as conn:
-            cart = await CartRepository(conn).set_item(principal, cart_id, sku, quantity, expected_version)
+        # One self-validating statement on the happy path; see CartRepository.set_item.
+        async with database.autocommit() as conn:
+            cart = await CartRepository(conn).set_item(
+                principal, cart_id, sku, quantity, expected_version, max_lines=max_cart_lines
+            )
         return CartOut.of(cart)
 
     @mcp.tool(

@@ -212,7 +212,7 @@ def register_order_tools(mcp: MCPServer, database: Database) -> None:
                 )
             return _cancelled(state.quote)
 
-        async with database.transaction() as conn:  # the row lock needs a transaction around it
+        async with database.autocommit() as conn:  # a read, then a self-validating write: two round trips
             outcome = await OrderRepository(conn).place(principal, state.quote, nonce=state.nonce)
         if isinstance(outcome, CheckoutQuote):  # the cart or its prices moved: consent covered another total
             return ask_to_confirm(outcome, changed=True)

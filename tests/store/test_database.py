@@ -5,11 +5,13 @@ noticed fails exactly the call that draws it, with nothing written, and is disca
 """
 
 import asyncpg
+import pytest
 from sqlalchemy import text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError
 
 from store.db import Database
+from store.errors import Unavailable
 
 
 async def _kill_backends(database_url: str) -> int:
@@ -52,3 +54,59 @@ async def test_connections_killed_by_the_server_fail_at_most_one_call_each_and_t
         assert outcomes[-5:] == ["ok"] * 5
     finally:
         await database.dispose()
+
+
+async def test_when_every_pooled_connection_is_busy_a_call_waits_a_bounded_time_then_fails_clearly(
+    database_url: str,
+) -> None:
+    database = Database.connect(database_url, pool_size=1, max_overflow=0, pool_timeout=0.2)
+    try:
+        async with database.transaction() as held:
+            await held.execute(text("SELECT 1"))
+            with pytest.raises(Unavailable, match="server is busy: every database connection is in use; nothing"):
+                async with database.one_statement() as conn:
+                    await conn.execute(text("SELECT 1"))
+        async with database.one_statement() as conn:  # the connection came back; nothing new was opened
+            assert (await conn.execute(text("SELECT 1"))).scalar_one() == 1
+        assert database.engine.pool.checkedin() == 1  # type: ignore[attr-defined]
+    finally:
+        await database.dispose()
+
+
+async def test_a_statement_past_statement_timeout_is_a_retryable_error_and_the_connection_stays_pooled(
+    database_url: str,
+) -> None:
+    database = Database.connect(database_url, pool_size=1, statement_timeout_ms=200, lock_timeout_ms=100)
+    try:
+        async with database.one_statement() as conn:
+            backend = (await conn.execute(text("SELECT pg_backend_pid()"))).scalar_one()
+        with pytest.raises(Unavailable, match=r"did not answer in time \(statement_timeout\); nothing was changed"):
+            async with database.one_statement() as conn:
+                await conn.execute(text("SELECT pg_sleep(2)"))
+        async with database.one_statement() as conn:
+            assert (await conn.execute(text("SELECT pg_backend_pid()"))).scalar_one() == backend
+    finally:
+        await database.dispose()
+
+
+async def test_every_pooled_session_runs_with_the_configured_timeouts_and_without_jit(database_url: str) -> None:
+    database = Database.connect(database_url, pool_size=2, statement_timeout_ms=7000, lock_timeout_ms=3000)
+    try:
+        for unit in (database.one_statement, database.transaction, database.autocommit):
+            async with unit() as conn:
+                row = (
+                    await conn.execute(
+                        text(
+                            "SELECT current_setting('statement_timeout'), current_setting('lock_timeout'), "
+                            "current_setting('jit')"
+                        )
+                    )
+                ).one()
+            assert tuple(row) == ("7s", "3s", "off")
+    finally:
+        await database.dispose()
+
+
+def test_a_lock_timeout_not_below_the_statement_timeout_is_refused() -> None:
+    with pytest.raises(ValueError, match="lock_timeout must be greater than 0 and below statement_timeout"):
+        Database.connect("postgresql://u@h/d", statement_timeout_ms=1000, lock_timeout_ms=1000)

@@ -1,0 +1,250 @@
+"""The connection pool under load and under dropped clients, seen from PostgreSQL.
+
+A ``coatcheck serve`` process gets a database of its own, so ``pg_stat_database.sessions`` and
+``pg_stat_activity`` count nothing but this server's connections. Its pool is deliberately smaller
+than the number of clients: calls queue for a connection, none opens a new one.
+"""
+
+import asyncio
+import json
+import socket
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import pytest
+from mcp import Client
+from mcp.types import CallToolResult, TextContent
+from sqlalchemy.engine import make_url
+
+from store.db import Database
+from store.demo import seed_demo_catalog
+from store.schema import upgrade
+from tests.support.devidp import DevIdP
+from tests.support.mrtr import another_instance, connect, eventually
+from tests.support.server import RunningServer
+from tests.support.waiting import wait_until
+from tests.support.wire import modern_request
+
+POOL_SIZE = 4
+
+
+def _dsn(url: str) -> str:
+    return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+
+
+@pytest.fixture(scope="module")
+def own_database_url(admin_database_url: str) -> Iterator[str]:
+    """A fresh, migrated, seeded database used by one server only."""
+    name = f"coatcheck_pool_{uuid.uuid4().hex[:10]}"
+
+    async def create() -> None:
+        admin = await asyncpg.connect(_dsn(admin_database_url))
+        try:
+            await admin.execute(f'CREATE DATABASE "{name}"')
+        finally:
+            await admin.close()
+
+    async def seed(url: str) -> None:
+        database = Database.connect(url)
+        try:
+            await seed_demo_catalog(database)
+        finally:
+            await database.dispose()
+
+    async def drop() -> None:
+        admin = await asyncpg.connect(_dsn(admin_database_url))
+        try:
+            await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        finally:
+            await admin.close()
+
+    asyncio.run(create())
+    url = make_url(admin_database_url).set(database=name).render_as_string(hide_password=False)
+    upgrade(url)
+    asyncio.run(seed(url))
+    yield url
+    asyncio.run(drop())
+
+
+@pytest.fixture(scope="module")
+def pooled_server(server_env: dict[str, str], public_url: str, own_database_url: str) -> Iterator[RunningServer]:
+    with another_instance(
+        server_env,
+        public_url=public_url,
+        DATABASE_URL=own_database_url,
+        DB_POOL_SIZE=str(POOL_SIZE),
+        # Long enough that the lock held in the cancellation test is released by the test, not by a timeout.
+        DB_LOCK_TIMEOUT_MS="20000",
+        DB_STATEMENT_TIMEOUT_MS="30000",
+        DB_POOL_TIMEOUT_SECONDS="30",
+    ) as running:
+        yield running
+
+
+@dataclass(frozen=True)
+class Backends:
+    """What PostgreSQL knows about one database's client connections."""
+
+    sessions: int  # pg_stat_database.sessions: every session ever established (closed ones included)
+    alive: frozenset[tuple[int, str]]  # (pid, backend_start) of the connected backends
+    waiting_on_locks: int
+
+
+class Observer:
+    """Reads PostgreSQL's statistics for the server's database over a connection to another database."""
+
+    def __init__(self, conn: asyncpg.Connection, database: str) -> None:
+        self._conn = conn
+        self._database = database
+
+    async def read(self) -> Backends:
+        await self._conn.execute("SELECT pg_stat_clear_snapshot()")
+        sessions = await self._conn.fetchval("SELECT sessions FROM pg_stat_database WHERE datname = $1", self._database)
+        rows = await self._conn.fetch(
+            "SELECT pid, backend_start::text AS started, wait_event_type FROM pg_stat_activity "
+            "WHERE datname = $1 AND backend_type = 'client backend'",
+            self._database,
+        )
+        return Backends(
+            sessions=int(sessions),
+            alive=frozenset((row["pid"], row["started"]) for row in rows),
+            waiting_on_locks=sum(1 for row in rows if row["wait_event_type"] == "Lock"),
+        )
+
+
+@pytest.fixture
+async def observer(admin_database_url: str, own_database_url: str) -> AsyncIterator[Observer]:
+    conn = await asyncpg.connect(_dsn(admin_database_url))
+    try:
+        yield Observer(conn, str(make_url(own_database_url).database))
+    finally:
+        await conn.close()
+
+
+def _text(result: CallToolResult) -> str:
+    return " ".join(block.text for block in result.content if isinstance(block, TextContent))
+
+
+async def _ok(client: Client, tool: str, arguments: dict[str, Any] | None = None) -> dict[str, Any]:
+    result = await client.call_tool(tool, arguments or {})
+    assert not result.is_error, f"{tool}: {_text(result)}"
+    assert result.structured_content is not None
+    return result.structured_content
+
+
+async def _clients(server: RunningServer, devidp: DevIdP, public_url: str, count: int) -> list[tuple[str, str]]:
+    """``count`` users, each with a token and a cart of their own."""
+    users = []
+    for n in range(count):
+        token = await devidp.token(f"load-{n}-{uuid.uuid4().hex[:6]}", resource=f"{public_url}/mcp")
+        async with connect(server.mcp_url, token) as client:
+            users.append((token, (await _ok(client, "cart_create"))["cart_id"]))
+    return users
+
+
+async def _load(server: RunningServer, users: list[tuple[str, str]], calls_each: int) -> int:
+    """Every user at once: ``calls_each`` alternating cart_view / cart_set_item calls. Returns the calls made."""
+
+    async def user(token: str, cart_id: str) -> int:
+        async with connect(server.mcp_url, token) as client:
+            for n in range(calls_each):
+                if n % 2:
+                    await _ok(client, "cart_set_item", {"cart_id": cart_id, "sku": "hat-beanie", "quantity": n})
+                else:
+                    await _ok(client, "cart_view", {"cart_id": cart_id})
+        return calls_each
+
+    return sum(await asyncio.gather(*(user(token, cart_id) for token, cart_id in users)))
+
+
+@pytest.mark.parametrize("concurrent_clients", [16, 64])
+async def test_steady_load_opens_no_database_connections_after_warm_up(
+    pooled_server: RunningServer, devidp: DevIdP, public_url: str, observer: Observer, concurrent_clients: int
+) -> None:
+    users = await _clients(pooled_server, devidp, public_url, concurrent_clients)
+    await _load(pooled_server, users, calls_each=2)  # warm-up: more clients than connections fills the pool
+    before = await observer.read()
+    assert len(before.alive) == POOL_SIZE, before
+
+    calls = await _load(pooled_server, users, calls_each=6)
+
+    after = await observer.read()
+    opened = after.sessions - before.sessions
+    print(f"\n{concurrent_clients} concurrent clients, pool {POOL_SIZE}: {calls} calls, {opened} sessions opened")
+    assert opened == 0
+    assert after.alive == before.alive  # the very same backends: none closed, none opened
+
+
+def _raw_call(server: RunningServer, token: str, tool: str, arguments: dict[str, Any]) -> socket.socket:
+    """Send one tools/call over a plain socket and return the socket without reading the answer."""
+    headers, body = modern_request("tools/call", {"name": tool, "arguments": arguments})
+    payload = json.dumps(body).encode()
+    host = server.base_url.removeprefix("http://")
+    lines = ["POST /mcp HTTP/1.1", f"Host: {host}", f"Authorization: Bearer {token}", f"Content-Length: {len(payload)}"]
+    lines += [f"{name}: {value}" for name, value in headers.items()]
+    sock = socket.create_connection(("127.0.0.1", int(host.rsplit(":", 1)[1])))
+    sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode() + payload)
+    return sock
+
+
+def _server_side_open(port: int, client_ports: set[int]) -> int:
+    """How many of these client connections the server has not closed yet (its side still in the kernel table)."""
+    open_count = 0
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            entries = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for entry in entries:
+            local, remote = entry.split()[1:3]
+            if int(local.rsplit(":", 1)[1], 16) == port and int(remote.rsplit(":", 1)[1], 16) in client_ports:
+                open_count += 1
+    return open_count
+
+
+async def test_clients_that_disconnect_mid_call_cost_the_pool_no_connection(
+    pooled_server: RunningServer, devidp: DevIdP, public_url: str, observer: Observer, own_database_url: str
+) -> None:
+    [(token, cart_id)] = await _clients(pooled_server, devidp, public_url, 1)
+    users = await _clients(pooled_server, devidp, public_url, 8)
+    await _load(pooled_server, users, calls_each=2)
+
+    dropped = POOL_SIZE - 1  # every connection but one is mid-statement when its client goes away
+    holder = await asyncpg.connect(_dsn(own_database_url))  # holds the cart's row lock; counted in both readings
+    try:
+        before = await observer.read()
+        assert len(before.alive) == POOL_SIZE + 1, before
+        lock = holder.transaction()
+        await lock.start()
+        await holder.execute("SELECT 1 FROM cart WHERE handle = $1 FOR UPDATE", cart_id)
+        sockets = [
+            _raw_call(pooled_server, token, "cart_set_item", {"cart_id": cart_id, "sku": "hat-beanie", "quantity": n})
+            for n in range(1, dropped + 1)
+        ]
+
+        async def all_waiting() -> bool:
+            return (await observer.read()).waiting_on_locks == dropped
+
+        await eventually(all_waiting, within=20, what=f"{dropped} cart_set_item calls waiting for the cart's lock")
+        port = int(pooled_server.base_url.rsplit(":", 1)[1])
+        client_ports = {sock.getsockname()[1] for sock in sockets}
+        for sock in sockets:
+            sock.close()  # the client goes away mid-call
+        wait_until(lambda: _server_side_open(port, client_ports) == 0, timeout=10, what="the server to see the drops")
+        await lock.commit()
+
+        async with connect(pooled_server.mcp_url, token) as client:
+            # Every dropped call's statement ran to completion (cancellation waited for it).
+            cart = await _ok(client, "cart_view", {"cart_id": cart_id})
+        assert cart["version"] == 1 + dropped
+        await _load(pooled_server, users, calls_each=4)
+        after = await observer.read()
+    finally:
+        await holder.close()
+    print(f"\n{dropped} clients dropped mid-call: {after.sessions - before.sessions} sessions opened afterwards")
+    assert after.sessions == before.sessions
+    assert after.alive == before.alive

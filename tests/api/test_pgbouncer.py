@@ -1,0 +1,153 @@
+"""Coatcheck behind a real transaction-pooling PgBouncer (Debian's 1.18) with ``DB_POOLER_MODE=transaction``.
+
+PgBouncer runs with its stock settings (no ``ignore_startup_parameters``), so a client that put
+``statement_timeout`` in its startup packet would be refused outright; and 1.18 does not track
+prepared statements, so anything that relied on a statement surviving past its transaction fails.
+"""
+
+import asyncio
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import asyncpg
+import pytest
+from mcp import Client
+from mcp.types import CallToolResult, TextContent
+from sqlalchemy import text
+from sqlalchemy.engine import make_url
+
+from store.db import Database
+from store.errors import Unavailable
+from tests.support.devidp import DevIdP
+from tests.support.mrtr import ScriptedUser, another_instance, confirms, connect
+from tests.support.pgbouncer import RunningPgBouncer, run_pgbouncer
+from tests.support.server import RunningServer
+
+CLIENTS = 8
+STATEMENT_TIMEOUT_MS = 3000
+LOCK_TIMEOUT_MS = 500
+
+
+@pytest.fixture(scope="module")
+def pgbouncer(database_url: str) -> Iterator[RunningPgBouncer]:
+    with run_pgbouncer(database_url, pool_mode="transaction", pool_size=4) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def pooled_server(server_env: dict[str, str], public_url: str, pgbouncer: RunningPgBouncer) -> Iterator[RunningServer]:
+    """``coatcheck serve`` whose every database connection goes through PgBouncer."""
+    with another_instance(
+        server_env,
+        public_url=public_url,
+        DATABASE_URL=pgbouncer.url,
+        DB_POOLER_MODE="transaction",
+        DB_POOL_SIZE="6",
+        DB_STATEMENT_TIMEOUT_MS=str(STATEMENT_TIMEOUT_MS),
+        DB_LOCK_TIMEOUT_MS=str(LOCK_TIMEOUT_MS),
+    ) as running:
+        yield running
+
+
+def _text(result: CallToolResult) -> str:
+    return " ".join(block.text for block in result.content if isinstance(block, TextContent))
+
+
+async def _ok(client: Client, tool: str, arguments: dict[str, Any] | None = None) -> dict[str, Any]:
+    result = await client.call_tool(tool, arguments or {})
+    assert not result.is_error, f"{tool}: {_text(result)}"
+    assert result.structured_content is not None
+    return result.structured_content
+
+
+async def _shopper(client: Client) -> int:
+    """One pass over every cart tool, both checkout rounds and the order tools; returns the HTTP requests made."""
+    cart_id = (await _ok(client, "cart_create"))["cart_id"]
+    await _ok(client, "catalog_search", {"query": "hat"})
+    await _ok(client, "cart_set_item", {"cart_id": cart_id, "sku": "scarf-cashmere", "quantity": 2})
+    await _ok(client, "cart_set_item", {"cart_id": cart_id, "sku": "hat-beanie", "quantity": 3})
+    cart = await _ok(client, "cart_set_item", {"cart_id": cart_id, "sku": "hat-beanie", "quantity": 1})
+    assert (cart["version"], cart["total_cents"]) == (4, 2 * 6500 + 1800)
+    assert await _ok(client, "cart_view", {"cart_id": cart_id}) == cart
+    assert cart_id in [c["cart_id"] for c in (await _ok(client, "cart_list"))["carts"]]
+    placed = await _ok(client, "cart_checkout", {"cart_id": cart_id})  # round 1, the form, round 2
+    assert (placed["status"], placed["total_cents"]) == ("placed", 14800)
+    order = await _ok(client, "order_view", {"order_id": placed["order_id"]})
+    assert order["cart_id"] == cart_id
+    assert placed["order_id"] in [o["order_id"] for o in (await _ok(client, "order_list"))["orders"]]
+    spare = (await _ok(client, "cart_create"))["cart_id"]
+    assert (await _ok(client, "cart_delete", {"cart_id": spare}))["deleted"] is True
+    return 13
+
+
+async def test_every_cart_tool_and_checkout_work_through_a_transaction_pooling_pgbouncer_under_concurrency(
+    pooled_server: RunningServer, devidp: DevIdP, public_url: str
+) -> None:
+    async def session(n: int) -> int:
+        token = await devidp.token(f"pooled-{n}-{uuid.uuid4().hex[:6]}", resource=f"{public_url}/mcp")
+        calls = 0
+        async with connect(pooled_server.mcp_url, token, elicitation_callback=ScriptedUser(confirms(True))) as client:
+            for _ in range(3):
+                calls += await _shopper(client)
+        return calls
+
+    outcomes = await asyncio.gather(*(session(n) for n in range(CLIENTS)), return_exceptions=True)
+    failures = [repr(outcome) for outcome in outcomes if isinstance(outcome, BaseException)]
+    calls = sum(outcome for outcome in outcomes if isinstance(outcome, int))
+    print(f"\nthrough PgBouncer 1.18 (transaction mode): {CLIENTS} clients, {calls} requests, {len(failures)} failed")
+    assert failures == [], failures
+    assert calls == CLIENTS * 3 * 13
+    log = pooled_server.log_text()
+    assert "prepared statement" not in log
+    assert "Traceback" not in log
+
+
+async def test_a_lock_wait_behind_the_pooler_ends_at_lock_timeout_with_a_tool_error_and_changes_nothing(
+    pooled_server: RunningServer, devidp: DevIdP, public_url: str, database_url: str
+) -> None:
+    token = await devidp.token(f"locked-{uuid.uuid4().hex[:6]}", resource=f"{public_url}/mcp")
+    async with connect(pooled_server.mcp_url, token) as client:
+        cart_id = (await _ok(client, "cart_create"))["cart_id"]
+        direct = await asyncpg.connect(make_url(database_url).set(drivername="postgresql").render_as_string(False))
+        try:
+            async with direct.transaction():
+                await direct.execute("SELECT 1 FROM cart WHERE handle = $1 FOR UPDATE", cart_id)
+                blocked = await client.call_tool(
+                    "cart_set_item", {"cart_id": cart_id, "sku": "hat-beanie", "quantity": 1}
+                )
+        finally:
+            await direct.close()
+        assert blocked.is_error
+        assert "did not answer in time (lock_timeout)" in _text(blocked)
+        assert "retry" in _text(blocked)
+        after = await _ok(client, "cart_view", {"cart_id": cart_id})
+        assert (after["version"], after["items"]) == (1, [])
+        retried = await _ok(client, "cart_set_item", {"cart_id": cart_id, "sku": "hat-beanie", "quantity": 1})
+        assert retried["version"] == 2
+
+
+async def test_the_statement_timeout_holds_through_the_pooler_and_never_rides_in_the_startup_packet(
+    pgbouncer: RunningPgBouncer,
+) -> None:
+    database = Database.connect(
+        pgbouncer.url, pooler_mode="transaction", pool_size=2, statement_timeout_ms=300, lock_timeout_ms=100
+    )
+    try:
+        with pytest.raises(Unavailable, match=r"did not answer in time \(statement_timeout\)"):
+            async with database.one_statement() as conn:
+                await conn.execute(text("SELECT pg_sleep(3)"))
+        for unit in (database.one_statement, database.transaction):
+            async with unit() as conn:
+                settings = (
+                    await conn.execute(
+                        text(
+                            "SELECT current_setting('statement_timeout'), current_setting('lock_timeout'), "
+                            "current_setting('jit')"
+                        )
+                    )
+                ).one()
+            assert tuple(settings) == ("300ms", "100ms", "off")
+    finally:
+        await database.dispose()
+    assert "unsupported startup parameter" not in pgbouncer.log_text()

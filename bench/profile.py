@@ -1,7 +1,9 @@
 """Where a target's CPU goes: py-spy samples taken during a measured window, summarised per package and per stage.
 
-py-spy (``pip install -e '.[bench]'``) samples the server's Python stacks without stopping it; only on-CPU
-samples are kept, so shares are shares of server CPU, and ``share x CPU ms per call`` is CPU ms per call.
+py-spy (``pip install -e '.[bench]'``) samples the server's Python stacks; only samples holding the GIL are
+kept (Python at work, not threads parked in a wait), so a share is a share of the server's Python CPU, and
+``share x CPU ms per call`` is about what that part costs per call. Time in C extensions (asyncpg's protocol,
+pydantic-core, httptools) counts towards the Python frame that called them.
 """
 
 import re
@@ -44,41 +46,48 @@ def package_of(path: str) -> str:
     return path
 
 
-def _in(fragment: str) -> Callable[[Frame], bool]:
-    return lambda f: fragment in f.path
+API, STORE = str(ROOT / "api") + "/", str(ROOT / "store") + "/"
 
-
-def _func(name: str) -> Callable[[Frame], bool]:
-    return lambda f: f.func == name
-
-
-# Stages of one call, counted inclusively (a sample counts if any of its frames matches).
-STAGES: list[tuple[str, Callable[[Frame], bool]]] = [
-    ("Litestar (route lookup, ASGI handler)", _in("/litestar/")),
-    ("Coatcheck /mcp edge (api/mcp/endpoint.py, api/app.py)", lambda f: f.path.endswith(("/api/mcp/endpoint.py",))),
-    ("SDK auth middleware (mcp/server/auth/)", _in("/mcp/server/auth/")),
-    ("  of which token verification (api/auth.py)", _in("/api/auth.py")),
-    ("SDK transport security (Host/Origin)", _in("/mcp/server/transport_security.py")),
-    ("SDK Mcp-Param validation (schema walk)", _func("_mcp_param_rejection")),
-    ("SDK inbound classification (header ladder)", _func("classify_inbound_request")),
-    ("SDK OpenTelemetry middleware", lambda f: "/_otel.py" in f.path or "/opentelemetry/" in f.path),
-    ("SDK requestState boundary", _in("/mcp/server/request_state.py")),
-    ("SDK tool call (argument validation, call_fn, result)", _func("call_tool")),
-    ("  of which result building (convert_result)", _func("convert_result")),
-    ("Coatcheck tool body (api/mcp/tools_*.py)", _in("/api/mcp/tools_")),
-    ("  of which SQLAlchemy + asyncpg", lambda f: "/sqlalchemy/" in f.path and "/api/mcp/" not in f.path),
-    ("  of which asyncpg", _in("/asyncpg/")),
-    ("  of which output models (api/mcp/schemas.py)", _in("/api/mcp/schemas.py")),
-    ("anyio (task group, streams)", _in("/anyio/")),
-    ("uvicorn (HTTP parsing, ASGI glue)", _in("/uvicorn/")),
+# Self time (the innermost frame: work done in that code, not in what it calls) by layer; the first layer
+# whose fragment is in the file's path wins, so the layers add up to 100 %.
+LAYERS: list[tuple[str, tuple[str, ...]]] = [
+    ("Coatcheck api/ (edge, verifier, tools, results)", (API,)),
+    ("Coatcheck store/ (repositories, unit of work)", (STORE,)),
+    ("SQLAlchemy + greenlet (pool, execute, results)", ("/sqlalchemy/", "/greenlet/")),
+    ("asyncpg (driver)", ("/asyncpg/",)),
+    ("SDK auth middleware (mcp.server.auth, Starlette's)", ("/mcp/server/auth/", "/middleware/authentication")),
+    ("OpenTelemetry (SDK spans)", ("/opentelemetry/", "/_otel.py")),
+    ("SDK (transport, dispatch, requestState)", ("/mcp/", "/mcp_types/")),
+    ("Starlette (SDK's app)", ("/starlette/",)),
+    ("Litestar", ("/litestar/",)),
+    ("anyio + sniffio (SSE task group, streams)", ("/anyio/", "/sniffio/")),
+    ("pydantic (JSON-RPC models, validation)", ("/pydantic/", "/pydantic_core/")),
+    ("uvicorn + httptools (HTTP)", ("/uvicorn/", "/httptools/")),
+    ("asyncio + stdlib", ("/python3.",)),
 ]
+
+# Inclusive time (the function and everything it calls) of the calls worth naming.
+CALLS: list[tuple[str, Callable[[Frame], bool]]] = [
+    ("BearerAuthBackend.authenticate (SDK, calls the verifier)", lambda f: f.func == "authenticate"),
+    ("  JwtVerifier.verify_token (Coatcheck, cache hit)", lambda f: f.func == "verify_token"),
+    ("SDK Mcp-Param validation (_mcp_param_rejection)", lambda f: f.func == "_mcp_param_rejection"),
+    ("the tool function (api/mcp/tools_*.py)", lambda f: "/api/mcp/tools_" in f.path),
+    ("  unit of work (store/db.py: checkout, statements, return)", lambda f: f.path == STORE + "db.py"),
+    ("  result building (convert_result, compact, output models)", lambda f: f.func in {"convert_result", "compact"}
+     or f.path == API + "mcp/schemas.py"),
+]
+
+
+def layer_of(path: str) -> str:
+    """The layer (see LAYERS) a source file belongs to."""
+    return next((name for name, fragments in LAYERS if any(x in path for x in fragments)), "other")
 
 
 @dataclass(frozen=True)
 class Profile:
     samples: int
-    by_package: list[tuple[str, int]]
-    by_stage: list[tuple[str, int]]
+    by_layer: list[tuple[str, int]]
+    by_call: list[tuple[str, int]]
     top_functions: list[tuple[str, int]]
 
     def render(self, cpu_ms_per_call: float) -> str:
@@ -88,10 +97,10 @@ class Profile:
             share = count / self.samples if self.samples else 0.0
             return f"  {name:58} {100 * share:5.1f} %  {share * cpu_ms_per_call:6.3f} ms"
 
-        out = [f"{self.samples} on-CPU samples; {cpu_ms_per_call:.3f} CPU ms per call", "by package (self time):"]
-        out += [row(name, n) for name, n in self.by_package[:14]]
-        out.append("by stage (inclusive):")
-        out += [row(name, n) for name, n in self.by_stage]
+        out = [f"{self.samples} samples holding the GIL; {cpu_ms_per_call:.3f} CPU ms per call", "self time by layer:"]
+        out += [row(name, n) for name, n in self.by_layer if n]
+        out.append("inclusive time of named calls:")
+        out += [row(name, n) for name, n in self.by_call]
         out.append("hottest functions (self time):")
         out += [row(name, n) for name, n in self.top_functions[:12]]
         return "\n".join(out)
@@ -99,8 +108,8 @@ class Profile:
 
 def summarise(raw: str) -> Profile:
     """Aggregate py-spy ``--format raw`` output (collapsed stacks with counts)."""
-    packages: Counter[str] = Counter()
-    stages: Counter[str] = Counter()
+    layers: Counter[str] = Counter()
+    calls: Counter[str] = Counter()
     functions: Counter[str] = Counter()
     total = 0
     for line in raw.splitlines():
@@ -113,15 +122,15 @@ def summarise(raw: str) -> Profile:
         count = int(count_text)
         total += count
         leaf = frames[-1]
-        packages[package_of(leaf.path)] += count
+        layers[layer_of(leaf.path)] += count
         functions[f"{leaf.func} ({package_of(leaf.path)})"] += count
-        for name, matches in STAGES:
+        for name, matches in CALLS:
             if any(matches(f) for f in frames):
-                stages[name] += count
+                calls[name] += count
     return Profile(
         samples=total,
-        by_package=packages.most_common(),
-        by_stage=[(name, stages[name]) for name, _ in STAGES],
+        by_layer=[(name, layers[name]) for name, _ in [*LAYERS, ("other", ())]],
+        by_call=[(name, calls[name]) for name, _ in CALLS],
         top_functions=functions.most_common(),
     )
 
@@ -146,6 +155,7 @@ def record(pid: int, seconds: float) -> subprocess.Popen[bytes]:
             "--format",
             "raw",
             "--full-filenames",
+            "--gil",  # only samples holding the GIL: Python work, not threads parked in a wait
             "--output",
             out.name,
         ],

@@ -209,6 +209,11 @@ def report(
             "cart_set_item / cart_view": (paired(set_item, view), ">=", 0.7),
             "cart_view p99 / its p50": ([w.p99_ms / w.p50_ms for w in view], "<=", 5.0),
             "cart_view p99 / stock SDK p99": (paired(view, sdk, "p99_ms"), "<=", 1.0),
+            # Server CPU per call is steadier than rps on a shared machine (a target that loses the core
+            # for a while loses requests, not CPU per request): lower is cheaper.
+            "CPU/call cart_view / stock SDK": (paired(view, sdk, "cpu_ms_per_call"), None, None),
+            "CPU/call cart_view / FastMCP": (paired(view, fastmcp, "cpu_ms_per_call"), None, None),
+            "CPU/call cart_set_item / cart_view": (paired(set_item, view, "cpu_ms_per_call"), None, None),
         }
         print(f"paired per-round ratios, median [range] over {args.rounds} round(s):")
         mode_summary: dict[str, Any] = {}

@@ -3,18 +3,22 @@
 Nothing is created at import time. Tests build their own app with their own settings.
 """
 
+import asyncio
+import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from typing import cast
+from datetime import timedelta
+from typing import Any, cast
 
 import httpx2
-from litestar import Litestar, Response, get
+from litestar import Litestar, Request, Response, get, route
 from litestar.handlers import asgi
 from litestar.types import Receive, Scope, Send
 from mcp.server.mcpserver import MCPServer
 
 from api.auth import IssuerMetadata, JwksCache, JwtVerifier
+from api.commands.purge import RetentionPolicy, purge_periodically
 from api.mcp.endpoint import McpEndpoint, transport_security
 from api.mcp.server import build_mcp_server
 from api.oauth.routes import install_access_log_redaction
@@ -23,6 +27,16 @@ from api.settings import Settings
 from store.db import Database
 
 logger = logging.getLogger(__name__)
+
+
+METADATA_CORS_HEADERS = {"Access-Control-Allow-Origin": "*"}
+# Clients send MCP-Protocol-Version on metadata requests too, which makes them preflighted.
+METADATA_PREFLIGHT_HEADERS = {
+    **METADATA_CORS_HEADERS,
+    "Access-Control-Allow-Methods": "GET",
+    "Access-Control-Allow-Headers": "MCP-Protocol-Version",
+    "Access-Control-Max-Age": "600",
+}
 
 
 def protected_resource_metadata(settings: Settings) -> dict[str, object]:
@@ -54,11 +68,13 @@ def create_app(
     *,
     database: Database | None = None,
     configure_mcp: Callable[[MCPServer], None] | None = None,
+    purge_every: timedelta | None = None,
 ) -> Litestar:
     """Build the Litestar app with the MCP endpoint, OAuth metadata and health routes.
 
     ``database`` lets a caller share an engine it owns (it is then not disposed here);
-    ``configure_mcp`` may register more tools before the server starts.
+    ``configure_mcp`` may register more tools before the server starts; ``purge_every`` runs the
+    retention purge in the background at that interval while the app is up.
     """
     owns_database = database is None
     db = database or database_from(settings)
@@ -84,6 +100,7 @@ def create_app(
         mcp_asgi,  # type: ignore[arg-type]  # a Starlette app is an ASGI app
         body_limit=settings.max_request_body_bytes,
         reject_legacy=settings.legacy_clients == "reject",
+        cors_origins=frozenset(settings.cors_allowed_origins),
     )
 
     @asgi("/mcp", copy_scope=True)
@@ -95,10 +112,15 @@ def create_app(
         await endpoint(cast(Scope, sdk_scope), receive, send)
 
     prm = protected_resource_metadata(settings)
+    prm_paths = ["/.well-known/oauth-protected-resource/mcp", "/.well-known/oauth-protected-resource"]
 
-    @get(["/.well-known/oauth-protected-resource/mcp", "/.well-known/oauth-protected-resource"], sync_to_thread=False)
-    def oauth_protected_resource() -> dict[str, object]:
-        return prm
+    # Public metadata: any web page may read it (browser MCP clients start OAuth discovery here). One
+    # handler for GET and its preflight: Litestar would otherwise add its own OPTIONS handler, without CORS.
+    @route(prm_paths, http_method=["GET", "OPTIONS"], sync_to_thread=False)
+    def oauth_protected_resource(request: Request[Any, Any, Any]) -> Response[dict[str, object] | None]:
+        if request.method == "OPTIONS":
+            return Response(None, status_code=204, headers=METADATA_PREFLIGHT_HEADERS)
+        return Response(prm, headers=METADATA_CORS_HEADERS)
 
     @get("/healthz", sync_to_thread=False)
     def healthz() -> dict[str, str]:
@@ -113,10 +135,20 @@ def create_app(
     @asynccontextmanager
     async def lifespan(_: Litestar) -> AsyncIterator[None]:
         install_access_log_redaction()  # after the server configured logging: no codes in access lines
+        purger = None
+        if purge_every is not None:
+            # A background task on the app's pool: one short statement at a time, never in a request's way.
+            purger = asyncio.create_task(
+                purge_periodically(db, RetentionPolicy.from_settings(settings), purge_every), name="coatcheck-purge"
+            )
         try:
             async with mcp.session_manager.run():
                 yield
         finally:
+            if purger is not None:
+                purger.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await purger
             await http.aclose()
             if owns_database:
                 await db.dispose()

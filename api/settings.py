@@ -85,8 +85,23 @@ class Settings(BaseSettings):
         "(for containers that cannot reach the public issuer URL); tokens must still name OIDC_ISSUER.",
     )
     request_state_ttl_seconds: int = Field(default=600, gt=0, le=86400)
+    audit_retention_days: int = Field(
+        default=90, ge=0, le=36500, description="`coatcheck purge` deletes audit entries older than this; 0 keeps them."
+    )
+    cart_retention_days: int = Field(
+        default=30,
+        ge=0,
+        le=36500,
+        description="`coatcheck purge` deletes carts (open or checked out) not written to for this long; 0 keeps "
+        "them. Orders are never purged.",
+    )
     allowed_hosts: Annotated[list[str], NoDecode] = Field(default_factory=list)
     allowed_origins: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    cors_allowed_origins: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="Browser origins (scheme://host[:port]) whose web pages may call /mcp cross-origin: they pass "
+        "the Origin check and get CORS headers. No wildcard: list each origin.",
+    )
     jwt_leeway_seconds: int = Field(default=30, ge=0, le=300)
     jwks_cache_seconds: int = Field(default=600, gt=0)
     db_pool_size: int = Field(
@@ -173,10 +188,31 @@ class Settings(BaseSettings):
         description="On SIGTERM, how long in-flight requests may run before they are cancelled.",
     )
 
-    @field_validator("allowed_hosts", "allowed_origins", mode="before")
+    @field_validator("allowed_hosts", "allowed_origins", "cors_allowed_origins", mode="before")
     @classmethod
     def _csv(cls, value: object) -> object:
         return _split_csv(value)
+
+    @field_validator("cors_allowed_origins")
+    @classmethod
+    def _cors_origins(cls, value: list[str]) -> list[str]:
+        origins = []
+        for position, origin in enumerate(value, start=1):
+            parts = urlsplit(origin)
+            if (
+                parts.scheme not in {"http", "https"}
+                or not parts.hostname
+                or parts.path not in {"", "/"}
+                or parts.query
+                or parts.fragment
+            ):
+                raise ValueError(
+                    f"CORS_ALLOWED_ORIGINS: entry #{position} is not an origin: write scheme://host[:port] "
+                    "(e.g. https://app.example.com), no path and no wildcard"
+                )
+            # Browsers send the origin in this serialisation: lower-case scheme and host, no trailing slash.
+            origins.append(f"{parts.scheme.lower()}://{parts.netloc.lower()}")
+        return origins
 
     @field_validator("legacy_clients", "db_pooler_mode", mode="before")
     @classmethod

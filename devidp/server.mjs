@@ -65,7 +65,8 @@
 //   GET  /dev/health                 200 {"status":"ok"}
 //   GET  /dev/stats                  counters; DELETE /dev/stats resets them
 //   GET|POST /dev/faults             fault injection: {"token_endpoint": "ok"|"error"|"unavailable"},
-//                                    {"authorization_endpoint": "ok"|"deny"|"hold", "client_id": "..."}
+//                                    {"authorization_endpoint": "ok"|"deny"|"hold", "client_id": "..."},
+//                                    {"token_endpoint_delay_ms": 0..60000} (a slow token endpoint)
 // See devidp/README.md for details.
 
 import * as crypto from 'node:crypto';
@@ -485,7 +486,10 @@ const stats = {
   registrations: 0,
   userinfo_requests: 0,
 };
-const faults = { token_endpoint: 'ok', authorization_endpoint: 'ok', authorization_client_id: null };
+const faults = {
+  token_endpoint: 'ok', token_endpoint_delay_ms: 0, authorization_endpoint: 'ok', authorization_client_id: null,
+};
+const MAX_TOKEN_DELAY_MS = 60000;
 const TOKEN_FAULTS = new Set(['ok', 'error', 'unavailable']);
 // "deny": the authorization endpoint answers as if the user refused (error=access_denied back to the
 // client's registered redirect_uri); "hold": it shows a page and never redirects (the user walked away).
@@ -729,6 +733,11 @@ provider.use(async (ctx, next) => {
         const grantType = querystring.parse(raw).grant_type;
         note = ` grant_type=${typeof grantType === 'string' ? grantType : '?'}`;
         if (grantType === 'refresh_token') stats.refresh_requests += 1;
+        if (faults.token_endpoint_delay_ms > 0 && (grantType === 'authorization_code' || grantType === 'refresh_token')) {
+          // A slow provider: the request is counted at once, answered after the delay.
+          note += ` (delayed ${faults.token_endpoint_delay_ms}ms)`;
+          await new Promise((resolve) => { setTimeout(resolve, faults.token_endpoint_delay_ms); });
+        }
         if (faults.token_endpoint !== 'ok' && (grantType === 'authorization_code' || grantType === 'refresh_token')) {
           note += ` (fault: ${faults.token_endpoint})`;
           if (faults.token_endpoint === 'unavailable') {
@@ -808,6 +817,13 @@ provider.use(async (ctx, next) => {
             return jsonError(ctx, 400, 'invalid_request', `token_endpoint must be one of ${[...TOKEN_FAULTS].join(', ')}`);
           }
           faults.token_endpoint = p.token_endpoint;
+        }
+        if (p.token_endpoint_delay_ms !== undefined) {
+          const delay = Number(p.token_endpoint_delay_ms);
+          if (!Number.isInteger(delay) || delay < 0 || delay > MAX_TOKEN_DELAY_MS) {
+            return jsonError(ctx, 400, 'invalid_request', `token_endpoint_delay_ms must be an integer 0..${MAX_TOKEN_DELAY_MS}`);
+          }
+          faults.token_endpoint_delay_ms = delay;
         }
         if (p.authorization_endpoint !== undefined) {
           if (!AUTHORIZATION_FAULTS.has(p.authorization_endpoint)) {

@@ -5,7 +5,8 @@ A tool call that needs a provider token starts (or reuses) a flow and sends the 
 ``state`` plus the PKCE verifier and nonce (:meth:`FlowRepository.attach_provider_state`), and
 redirects upstream. The callback consumes the state exactly once
 (:meth:`FlowRepository.consume_state`: one ``UPDATE … RETURNING``), exchanges the code and
-finishes the flow. The retried tool call reads the outcome (:func:`wait_for_flow`).
+finishes the flow. The retried tool call reads the outcome (:meth:`FlowRepository.get`, polled by the
+service in ``api.oauth.service`` without holding a connection between reads).
 
 Invariants:
 
@@ -22,12 +23,10 @@ Invariants:
 * ``expired`` is derived, never stored: a pending flow past ``expires_at`` (database clock).
 """
 
-import asyncio
 import hashlib
 import json
 import logging
 import re
-import time
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -36,7 +35,6 @@ from sqlalchemy import Interval, RowMapping, and_, bindparam, case, func, insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from store.crypto import TokenCipher, associated_data
-from store.db import Database
 from store.errors import DecryptError, NotFound
 from store.handles import is_well_formed, new_handle
 from store.models import OAuthFlow, table_of
@@ -51,7 +49,6 @@ __all__ = [
     "FlowRepository",
     "count_stale_flow_secrets",
     "reencrypt_flow_batch",
-    "wait_for_flow",
 ]
 
 logger = logging.getLogger(__name__)
@@ -105,6 +102,9 @@ _ATTACH = (
     .where(_flow.c.handle == bindparam("p_handle"), _OPEN)
     .values(state_digest=bindparam("p_digest"), secrets_enc=bindparam("p_secrets"), state_consumed_at=None)
     .returning(_flow.c.id)
+)
+_PENDING_STATE = select(*_COLUMNS).where(
+    _flow.c.state_digest == bindparam("p_digest"), _flow.c.state_consumed_at.is_(None), _OPEN
 )
 # The subquery locks the matching row; a concurrent consumer blocks on it, re-checks
 # ``state_consumed_at IS NULL`` once the winner commits and finds nothing. The outer UPDATE
@@ -244,6 +244,18 @@ class FlowRepository:
         if (await self._conn.execute(_ATTACH, params)).scalar_one_or_none() is None:
             raise NotFound("flow", handle)
 
+    async def flow_for_state(self, state: str) -> Flow | None:
+        """The flow ``state`` would consume, without consuming it. One query, no lock.
+
+        ``None`` in the same cases as :meth:`consume_state`. Browser-side: the callback compares
+        the logged-in subject with ``flow.principal`` *before* it consumes the state, so a replay
+        from another browser (or none) cannot use up the owner's state.
+        """
+        if not state:
+            return None
+        row = (await self._conn.execute(_PENDING_STATE, {"p_digest": _state_digest(state)})).mappings().one_or_none()
+        return _flow_of(row) if row is not None else None
+
     async def consume_state(self, state: str) -> ConsumedFlow | None:
         """Use up ``state`` and return its flow with the PKCE verifier and nonce. One statement.
 
@@ -285,32 +297,6 @@ class FlowRepository:
             error = _UNRECOGNISED_ERROR
         params = {"p_handle": handle, "p_status": status, "p_error": error}
         return (await self._conn.execute(_FINISH, params)).scalar_one_or_none() is not None
-
-
-# The deadline is a parameter, not asyncio.timeout, because expiry returns the latest state instead of raising.
-async def wait_for_flow(
-    database: Database,
-    principal: Principal,
-    handle: str,
-    timeout: float,  # noqa: ASYNC109
-    *,
-    interval: float = 0.1,
-) -> Flow | None:
-    """Wait up to ``timeout`` seconds for this principal's flow to leave ``pending``; return its latest state.
-
-    Polls every ``interval`` seconds, one autocommit read each, holding no transaction or
-    connection in between. Returns at once for an unknown or foreign handle (``None``) or a
-    flow that is already settled or expired; after ``timeout`` returns the flow as it is
-    (still ``pending``, or ``expired``).
-    """
-    deadline = time.monotonic() + max(0.0, timeout)
-    while True:
-        async with database.one_statement() as conn:
-            flow = await _owned_flow(conn, principal, handle)
-        remaining = deadline - time.monotonic()
-        if flow is None or flow.status != "pending" or remaining <= 0:
-            return flow
-        await asyncio.sleep(min(interval, remaining))
 
 
 async def reencrypt_flow_batch(

@@ -1,18 +1,25 @@
 """Run the Alembic migration chain programmatically (``coatcheck migrate`` and the tests use this)."""
 
-from pathlib import Path
+from importlib.resources import files
 
 from alembic import command
 from alembic.config import Config
 from sqlalchemy.engine import Connection
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
+
+def migrations_directory() -> str:
+    """Where the Alembic scripts are: the ``migrations`` package, in a source tree or an installed wheel."""
+    return str(files("migrations"))
 
 
 def alembic_config(database_url: str | None = None, connection: Connection | None = None) -> Config:
-    """An Alembic config read from ``pyproject.toml`` ([tool.alembic]) for ``database_url`` or ``connection``."""
-    config = Config(toml_file=str(PROJECT_ROOT / "pyproject.toml"))
-    config.set_main_option("script_location", str(PROJECT_ROOT / "migrations"))
+    """An Alembic config for ``database_url`` or ``connection``, independent of the working directory.
+
+    Only the script location is needed to migrate; ``pyproject.toml``'s [tool.alembic] serves the
+    ``alembic`` command line in a checkout (``alembic revision``), which a wheel install has no use for.
+    """
+    config = Config()
+    config.set_main_option("script_location", migrations_directory())
     if database_url is not None:
         # ConfigParser interpolation would eat a "%" in a password.
         config.set_main_option("sqlalchemy.url", database_url.replace("%", "%%"))

@@ -1,7 +1,10 @@
 """Shared fixtures: a fresh PostgreSQL database built by the migrations, the dev IdP, a running server.
 
-The database comes from ``TEST_DATABASE_URL`` (default: the local server on 127.0.0.1:5432). Each
-run creates its own database, migrates it with ``alembic upgrade head`` and drops it at the end.
+The database server comes from ``TEST_DATABASE_URL``; unset, the tests use the local server at
+``TEST_DATABASE_DEFAULT_URL`` (default 127.0.0.1:5432), and if nothing answers there, an embedded
+PostgreSQL 16 (the ``pgserver`` wheel of the test extra; tests/support/embedded_postgres.py) started for
+this run on a free port.
+Each run creates its own database, migrates it with ``alembic upgrade head`` and drops it at the end.
 """
 
 import asyncio
@@ -25,10 +28,14 @@ from store.demo import seed_demo_catalog
 from store.principal import Principal
 from store.schema import upgrade
 from tests.support.devidp import DevIdP, start_devidp
+from tests.support.embedded_postgres import embedded_postgres
 from tests.support.server import RunningServer, run_server
 from tests.support.waiting import free_port
 
 DEFAULT_TEST_DATABASE_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
+PROBE_TIMEOUT = 3.0
+# Which server this run uses, for the terminal summary.
+_database_note: list[str] = []
 
 
 def _asyncpg_dsn(url: str) -> str:
@@ -52,10 +59,40 @@ async def _drop_database(admin_url: str, name: str) -> None:
         await conn.close()
 
 
+async def _answers(url: str) -> bool:
+    """Whether a PostgreSQL server accepts connections at ``url`` (refused or silent: no; anything else raises)."""
+    try:
+        conn = await asyncpg.connect(_asyncpg_dsn(url), timeout=PROBE_TIMEOUT)
+    except (OSError, TimeoutError):
+        return False
+    await conn.close()
+    return True
+
+
 @pytest.fixture(scope="session")
-def admin_database_url() -> str:
-    """A URL for a database where the tests may create and drop databases."""
-    return os.environ.get("TEST_DATABASE_URL", DEFAULT_TEST_DATABASE_URL)
+def admin_database_url() -> Iterator[str]:
+    """A URL for a database where the tests may create and drop databases (see the module docstring)."""
+    explicit = os.environ.get("TEST_DATABASE_URL")
+    if explicit:
+        _database_note.append("TEST_DATABASE_URL")
+        yield explicit
+        return
+    default = os.environ.get("TEST_DATABASE_DEFAULT_URL", DEFAULT_TEST_DATABASE_URL)
+    if asyncio.run(_answers(default)):
+        _database_note.append(f"the PostgreSQL at {make_url(default).render_as_string(hide_password=True)}")
+        yield default
+        return
+    with embedded_postgres() as url:
+        _database_note.append(
+            f"an embedded PostgreSQL (pgserver) at {make_url(url).render_as_string(hide_password=True)}: "
+            f"nothing answered at {make_url(default).render_as_string(hide_password=True)}"
+        )
+        yield url
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    for note in _database_note:
+        terminalreporter.write_line(f"database server: {note}")
 
 
 @pytest.fixture(scope="session")

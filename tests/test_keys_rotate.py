@@ -7,11 +7,11 @@ import sys
 import tempfile
 from datetime import timedelta
 
-from store.connections import ConnectionRepository, TokenSet
 from store.crypto import TokenCipher
 from store.db import Database
 from store.flows import FlowRepository
 from store.principal import Principal
+from store.vault import ConnectionRepository, TokenSet
 from tests.support.scratch import scratch_database
 
 OLD = "old-rotate-key-" + "o" * 20 + "-0123456789"
@@ -59,7 +59,7 @@ async def _read_with_new_key_only(url: str) -> tuple[list[tuple[str, str | None]
         async with database.transaction() as conn:
             tokens = []
             for owner in OWNERS:
-                locked = await ConnectionRepository(conn, new).lock(owner, "demo")
+                locked = await ConnectionRepository(conn, new).read(owner, "demo")
                 assert locked is not None
                 tokens.append((locked.tokens.access_token, locked.tokens.refresh_token))
             consumed = await FlowRepository(conn, new).consume_state("state-SECRET")

@@ -8,7 +8,11 @@ The SDK speaks the protocol; this wrapper only adds the operator's policy around
   (a body without Content-Length is counted by the SDK against the same limit);
 * with ``LEGACY_CLIENTS=reject``, handshake-era requests get 400 naming the versions served;
 * header values lose surrounding whitespace (RFC 9110 §5.5), which uvicorn's parser keeps and the
-  SDK's ``Mcp-Name``/``Mcp-Method`` comparison would otherwise trip over.
+  SDK's ``Mcp-Name``/``Mcp-Method`` comparison would otherwise trip over;
+* web pages on ``CORS_ALLOWED_ORIGINS`` get CORS: their preflight is answered here, and every answer to
+  them carries ``Access-Control-Allow-Origin`` and exposes ``WWW-Authenticate`` (so a browser client can
+  start OAuth discovery from a 401). Any other origin's preflight gets 403, and the SDK's Origin check
+  still refuses its requests.
 """
 
 import json
@@ -24,6 +28,16 @@ from api.settings import Settings
 
 _LOOPBACK = ("localhost", "127.0.0.1", "[::1]")
 _PROTOCOL_VERSION_META = "io.modelcontextprotocol/protocolVersion"
+
+# Request headers a browser MCP client sends; ``Mcp-Param-*`` are per-tool names (SEP-2243), so any header
+# with that prefix is allowed rather than a list derived from today's tool schemas.
+_CORS_REQUEST_HEADERS = frozenset(
+    {"authorization", "content-type", "accept", "mcp-protocol-version", "mcp-method", "mcp-name", "last-event-id"}
+)
+_CORS_PARAM_PREFIX = "mcp-param-"
+_CORS_EXPOSED = b"WWW-Authenticate, MCP-Protocol-Version"
+_CORS_METHODS = b"POST, GET, DELETE"  # GET/DELETE answer 405, which the page should be able to read
+_CORS_MAX_AGE = b"600"
 
 
 async def _send_jsonrpc_error(
@@ -50,6 +64,48 @@ async def _send_jsonrpc_error(
 
 def _header(scope: Scope, name: bytes) -> str | None:
     return next((value.decode("latin-1") for key, value in scope["headers"] if key == name), None)
+
+
+def _allowed_request_headers(requested: str | None) -> bytes:
+    """The subset of a preflight's ``Access-Control-Request-Headers`` that a browser MCP client may send."""
+    names = [name.strip().lower() for name in (requested or "").split(",") if name.strip()]
+    allowed = [
+        name
+        for name in names
+        if name in _CORS_REQUEST_HEADERS or (name.startswith(_CORS_PARAM_PREFIX) and name.isascii())
+    ]
+    return ", ".join(allowed).encode("latin-1")
+
+
+async def _answer_preflight(scope: Scope, send: Send, origin: str) -> None:
+    headers = [
+        (b"access-control-allow-origin", origin.encode("latin-1")),
+        (b"access-control-allow-methods", _CORS_METHODS),
+        (b"access-control-max-age", _CORS_MAX_AGE),
+        (b"vary", b"Origin, Access-Control-Request-Headers"),
+        (b"content-length", b"0"),
+    ]
+    allowed = _allowed_request_headers(_header(scope, b"access-control-request-headers"))
+    if allowed:
+        headers.append((b"access-control-allow-headers", allowed))
+    await send(HTTPResponseStartEvent(type="http.response.start", status=204, headers=headers))
+    await send(HTTPResponseBodyEvent(type="http.response.body", body=b"", more_body=False))
+
+
+def _with_cors(send: Send, origin: str) -> Send:
+    """``send`` that adds the CORS response headers for an allowed ``origin`` to the response start."""
+    extra = [
+        (b"access-control-allow-origin", origin.encode("latin-1")),
+        (b"access-control-expose-headers", _CORS_EXPOSED),
+        (b"vary", b"Origin"),
+    ]
+
+    async def send_with_cors(message: Any) -> None:
+        if message["type"] == "http.response.start":
+            message = {**message, "headers": [*message.get("headers", []), *extra]}
+        await send(message)
+
+    return send_with_cors
 
 
 def _declared_body_too_large(scope: Scope, limit: int) -> bool:
@@ -125,19 +181,37 @@ def transport_security(settings: Settings) -> TransportSecuritySettings:
     if public.hostname in {"localhost", "127.0.0.1", "::1"}:
         netlocs = [f"{host}{port}" for host in _LOOPBACK]
     hosts = [*netlocs, *settings.allowed_hosts]
-    origins = [*(f"{public.scheme}://{netloc}" for netloc in netlocs), *settings.allowed_origins]
+    origins = [
+        *(f"{public.scheme}://{netloc}" for netloc in netlocs),
+        *settings.allowed_origins,
+        *settings.cors_allowed_origins,
+    ]
     return TransportSecuritySettings(enable_dns_rebinding_protection=True, allowed_hosts=hosts, allowed_origins=origins)
 
 
 class McpEndpoint:
     """ASGI wrapper applying the edge policy above, then handing the request to the SDK's app."""
 
-    def __init__(self, sdk_app: ASGIApp, *, body_limit: int, reject_legacy: bool) -> None:
+    def __init__(
+        self, sdk_app: ASGIApp, *, body_limit: int, reject_legacy: bool, cors_origins: frozenset[str] = frozenset()
+    ) -> None:
         self._sdk_app = sdk_app
         self._body_limit = body_limit
         self._reject_legacy = reject_legacy
+        self._cors_origins = cors_origins
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        origin = _header(scope, b"origin")
+        if origin is not None and origin in self._cors_origins:
+            if scope.get("method") == "OPTIONS" and _header(scope, b"access-control-request-method"):
+                await _answer_preflight(scope, send, origin)
+                return
+            send = _with_cors(send, origin)
+        elif origin is not None and scope.get("method") == "OPTIONS":
+            await _send_jsonrpc_error(
+                send, 403, INVALID_REQUEST, "Cross-origin requests from this origin are not allowed"
+            )
+            return
         if scope.get("method") != "POST":
             await _send_jsonrpc_error(
                 send, 405, INVALID_REQUEST, "Method not allowed: POST only", headers=((b"allow", b"POST"),)

@@ -7,6 +7,7 @@ from mcp.server.mcpserver import MCPServer, RequestStateSecurity
 
 from api.auth import JwtVerifier
 from api.mcp import sdk_hooks
+from api.mcp.capabilities import AdvertisedCapabilities
 from api.mcp.tools_carts import register_cart_tools
 from api.mcp.tools_connections import register_connection_tools
 from api.mcp.tools_orders import register_order_tools
@@ -30,6 +31,7 @@ def build_mcp_server(
     settings: Settings, database: Database, verifier: JwtVerifier, *, connections: Connections | None = None
 ) -> MCPServer:
     """The production MCP server: every tool, auth required, requestState sealed under the shared ring."""
+    advertised = AdvertisedCapabilities()
     mcp = MCPServer(
         SERVER_NAME,
         version=SERVER_VERSION,
@@ -45,7 +47,9 @@ def build_mcp_server(
             keys=settings.state_key_ring, ttl=float(settings.request_state_ttl_seconds)
         ),
         log_level=cast(LogLevel, settings.log_level.upper()),
+        middleware=[advertised],
     )
+    advertised.bind(mcp)
     sdk_hooks.install(mcp)  # skip the SDK's no-op spans and empty Mcp-Param checks (api/mcp/sdk_hooks.py)
     register_cart_tools(mcp, database, max_cart_lines=settings.max_cart_lines)
     register_order_tools(mcp, database)

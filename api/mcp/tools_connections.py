@@ -29,10 +29,10 @@ from api.mcp.rounds import dump_state, load_state, require_elicitation, require_
 from api.oauth.client import OAuthFailure, Unauthorized
 from api.oauth.providers import ProviderConfig, ProviderUnavailable
 from api.oauth.service import Connections
-from store.connections import TokenSet
 from store.errors import DecryptError
 from store.flows import Flow
 from store.principal import Principal
+from store.vault import TokenSet
 
 logger = logging.getLogger(__name__)
 
@@ -151,6 +151,11 @@ def register_connection_tools(mcp: MCPServer, connections: Connections) -> None:
         except ProviderUnavailable as exc:
             raise ToolError(f"{exc}; try again later.") from None
         except OAuthFailure as exc:
+            if exc.error == "refresh_in_progress":
+                raise ToolError(
+                    f"Another request is still renewing the {provider.label} access ({provider.label} is slow to "
+                    "answer); try again in a few seconds."
+                ) from None
             raise ToolError(f"Refreshing the {provider.label} access failed ({exc.error}); try again later.") from None
         except DecryptError:
             logger.error("stored %s tokens do not open with TOKEN_ENCRYPTION_KEYS", provider.name)

@@ -12,9 +12,11 @@
     is redeemed with PKCE and the ID token verified (``api.oauth.login``). Sets the session cookie and goes
     back to ``/connect/{flow}``.
 ``GET /oauth/callback``
-    The provider's redirect. ``state`` is consumed exactly once (unknown, reused or expired: 400); the
-    browser's user must still be the flow's principal; provider errors settle the flow as denied or failed;
-    otherwise the code is redeemed with the flow's verifier and the tokens are stored.
+    The provider's redirect. ``state`` must name an open flow (unknown, reused or expired: 400), and the
+    browser's user must be the flow's principal *before* the state is consumed: a replay of the callback URL
+    without the owner's session cookie (or with someone else's) is a 403 that consumes nothing and leaves the
+    owner's flow usable. Then ``state`` is consumed exactly once; provider errors settle the flow as denied or
+    failed; otherwise the code is redeemed with the flow's verifier and the tokens are stored.
 
 Every response is an inert page or a redirect with ``no-store`` and anti-framing headers (``pages``).
 Error pages are 4xx. Nothing rendered or logged contains a token, code, state or verifier; the access log
@@ -156,24 +158,31 @@ def browser_routes(connections: Connections, login: OidcLogin, jar: CookieJar) -
     ) -> Response[str]:
         if not oauth_state:
             return pages.bad_callback("The response carries no state, so it cannot be matched to a connection.")
+        unusable = "It does not match an open connection request: it is unknown, expired, or was already used."
+        pending = await connections.flow_for_state(oauth_state)
+        if pending is None:
+            return pages.bad_callback(unusable)
+        # Whose browser this is, before anything is used up: a replay of the callback URL from another
+        # browser (or from none) is refused and leaves the state, and so the owner's flow, as it was.
+        session = jar.read_session(request.cookies)
+        browser_user = Principal(issuer=session.issuer, subject=session.subject) if session else None
+        if browser_user != pending.principal:
+            if browser_user is not None:
+                await connections.record_mismatch(pending, browser_user, "callback")
+            logger.warning("provider callback from a browser that is not the flow owner's; refused, state kept")
+            refused = pages.wrong_user()
+            if browser_user is not None:
+                refused.set_cookie(jar.clear(SESSION))  # so the rightful user can sign in on this browser
+            return refused
         try:
             consumed = await connections.consume(oauth_state)
         except DecryptError:
             logger.error("a flow's sealed secrets did not open; check TOKEN_ENCRYPTION_KEYS")
             consumed = None
         if consumed is None:
-            return pages.bad_callback(
-                "It does not match an open connection request: it is unknown, expired, or was already used."
-            )
+            return pages.bad_callback(unusable)  # used up meanwhile by a concurrent callback from the owner
         flow = consumed.flow
         provider = registry.get(flow.provider)
-        session = jar.read_session(request.cookies)
-        browser_user = Principal(issuer=session.issuer, subject=session.subject) if session else None
-        if browser_user != flow.principal:
-            if browser_user is not None:
-                await connections.record_mismatch(flow, browser_user, "callback")
-            await connections.fail(flow, "failed", "subject_mismatch" if browser_user else "no_session")
-            return pages.wrong_user()
         if provider is None:
             await connections.fail(flow, "failed", "unknown_provider")
             return pages.failed(flow.provider)

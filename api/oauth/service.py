@@ -3,9 +3,16 @@
 Every method takes the principal (or, on the browser side, a flow the caller has already matched to the
 signed-in subject). Token values only travel between the store, authlib and the provider; they are never
 logged, audited, returned to a tool caller or rendered.
+
+The unit of work: each method opens its own short transactions (or autocommit statements) on the pool and
+passes the connection to the store; none is held across network I/O. Every provider call (code exchange,
+refresh, userinfo, revocation) and every wait (for a flow to settle, for another instance's refresh)
+happens with no connection checked out.
 """
 
+import asyncio
 import logging
+import time
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Literal
@@ -23,13 +30,14 @@ from api.oauth.client import (
     new_secret,
 )
 from api.oauth.providers import ProviderConfig, ProviderRegistry
+from api.oauth.refresh import RefreshTiming, TokenRefresher
 from store.audit import AuditRepository, identity_digest
-from store.connections import ConnectionInfo, ConnectionRepository, TokenSet, refresh_if_needed
 from store.crypto import TokenCipher
 from store.db import Database
 from store.errors import InvalidGrant, NotFound
-from store.flows import ConsumedFlow, Flow, FlowRepository, wait_for_flow
+from store.flows import ConsumedFlow, Flow, FlowRepository
 from store.principal import Principal
+from store.vault import ConnectionInfo, ConnectionRepository, TokenSet
 
 logger = logging.getLogger(__name__)
 
@@ -61,6 +69,7 @@ class Connections:
         flow_ttl: timedelta,
         wait_seconds: float,
         refresh_skew: timedelta,
+        refresh_timing: RefreshTiming | None = None,
         transport: httpx2.AsyncBaseTransport | None = None,
     ) -> None:
         self.database = database
@@ -71,6 +80,7 @@ class Connections:
         self.flow_ttl = flow_ttl
         self.wait_seconds = wait_seconds
         self.refresh_skew = refresh_skew
+        self.refresher = TokenRefresher(database, cipher, skew=refresh_skew, timing=refresh_timing)
         self._transport = transport
 
     # -- shared -----------------------------------------------------------------------------------
@@ -112,7 +122,8 @@ class Connections:
 
         Raises:
             ProviderUnavailable: endpoints could not be discovered.
-            OAuthFailure: the refresh failed for another reason than ``invalid_grant``.
+            OAuthFailure: the refresh failed for another reason than ``invalid_grant``, or another
+                instance's refresh did not finish in time (see :class:`~api.oauth.refresh.TokenRefresher`).
         """
         endpoints = await self.registry.endpoints(provider)
         client = self.client(provider)
@@ -126,9 +137,7 @@ class Connections:
                 raise
             return self._token_set(provider, response, keep_scopes=True)
 
-        return await refresh_if_needed(
-            self.database, self.cipher, principal, provider.name, skew=self.refresh_skew, refresh=refresh
-        )
+        return await self.refresher.usable_tokens(principal, provider.name, refresh)
 
     async def mark_needs_reauth(self, principal: Principal, provider: ProviderConfig, reason: str) -> None:
         async with self.database.transaction() as conn:
@@ -157,9 +166,21 @@ class Connections:
                 await AuditRepository(conn).record(principal, "connect", provider=provider.name, outcome="requested")
             return flow
 
-    async def wait(self, principal: Principal, handle: str, seconds: float) -> Flow | None:
-        """The flow once it settles, or as it is after ``seconds`` (polls; holds no connection while waiting)."""
-        return await wait_for_flow(self.database, principal, handle, seconds)
+    async def wait(self, principal: Principal, handle: str, seconds: float, *, interval: float = 0.1) -> Flow | None:
+        """Wait up to ``seconds`` for this principal's flow to leave ``pending``; return its latest state.
+
+        Polls every ``interval`` seconds, one autocommit read each, with no connection checked out in
+        between. Returns at once for an unknown or foreign handle (``None``) or a flow that is already
+        settled or expired; after ``seconds`` returns the flow as it is (still ``pending``, or ``expired``).
+        """
+        deadline = time.monotonic() + max(0.0, seconds)
+        while True:
+            async with self.database.one_statement() as conn:
+                flow = await FlowRepository(conn, self.cipher).get(principal, handle)
+            remaining = deadline - time.monotonic()
+            if flow is None or flow.status != "pending" or remaining <= 0:
+                return flow
+            await asyncio.sleep(min(interval, remaining))
 
     async def cancel_flow(self, principal: Principal, handle: str) -> None:
         """The user declined in the client: settle the flow so its link stops working."""
@@ -246,6 +267,11 @@ class Connections:
             nonce=nonce,
             extra=provider.authorization_params,
         )
+
+    async def flow_for_state(self, state: str) -> Flow | None:
+        """The flow an unused provider ``state`` belongs to, leaving the state usable (the caller checks the user)."""
+        async with self.database.one_statement() as conn:
+            return await FlowRepository(conn, self.cipher).flow_for_state(state)
 
     async def consume(self, state: str) -> ConsumedFlow | None:
         async with self.database.transaction() as conn:

@@ -41,6 +41,7 @@ class Cart(Base):
         CheckConstraint("status IN ('open', 'checked_out')", name="status_known"),
         CheckConstraint("version >= 1", name="version_positive"),
         Index("ix_cart_principal", "principal_iss", "principal_sub", "created_at"),
+        Index("ix_cart_updated_at", "updated_at"),  # the retention purge
     )
 
     id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)

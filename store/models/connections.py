@@ -25,6 +25,10 @@ class ProviderConnection(Base):
     ``access_token_enc`` and ``refresh_token_enc`` are sealed by ``store.crypto.TokenCipher`` with
     associated data naming this table, the row id, the principal, the provider and the column.
     ``needs_reauth`` keeps the (dead) tokens so a disconnect can still revoke them upstream.
+
+    ``refresh_lease_id``/``refresh_lease_until`` coordinate refreshes across instances
+    (``store.token_refresh``): a set id with a future ``until`` means one instance is refreshing;
+    no id with a future ``until`` means the last refresh failed and nobody retries before then.
     """
 
     __tablename__ = "provider_connection"
@@ -46,6 +50,8 @@ class ProviderConnection(Base):
     connected_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
     refreshed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    refresh_lease_id: Mapped[str | None] = mapped_column(String(32))
+    refresh_lease_until: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
 
 class OAuthFlow(Base):
@@ -62,6 +68,7 @@ class OAuthFlow(Base):
     __table_args__ = (
         CheckConstraint("status IN ('pending', 'connected', 'denied', 'failed')", name="status_known"),
         Index("ix_oauth_flow_principal", "principal_iss", "principal_sub", "provider", "created_at"),
+        Index("ix_oauth_flow_expires_at", "expires_at"),  # the retention purge
     )
 
     id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
@@ -91,6 +98,7 @@ class AuditEvent(Base):
         CheckConstraint("action ~ '^[a-z][a-z_]{0,31}$'", name="action_code"),
         CheckConstraint("outcome ~ '^[a-z][a-z_]{0,31}$'", name="outcome_code"),
         Index("ix_audit_event_principal", "principal_iss", "principal_sub", "created_at"),
+        Index("ix_audit_event_created_at", "created_at"),  # the retention purge
     )
 
     id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)

@@ -28,11 +28,12 @@ from mcp.types import (
 )
 from sqlalchemy import func, select, update
 
-from store.connections import ConnectionRepository, TokenSet
+from api.oauth.session import BrowserSession, CookieJar
 from store.crypto import TokenCipher
 from store.db import Database
 from store.models import AuditEvent, OAuthFlow, ProviderConnection, table_of
 from store.principal import Principal
+from store.vault import ConnectionRepository, TokenSet
 from tests.browser.conftest import BrowserUserFactory
 from tests.browser.harness import BrowserUser, Landing
 from tests.conftest import DEMO_CLIENT_ID, LOGIN_CLIENT_ID, McpClientFactory, devidp_clients
@@ -119,7 +120,7 @@ def _principal(devidp: DevIdP, username: str) -> Principal:
 async def _stored_tokens(database: Database, keys: str, principal: Principal) -> TokenSet | None:
     cipher = TokenCipher([key.encode() for key in keys.split(",")])
     async with database.transaction() as conn:
-        locked = await ConnectionRepository(conn, cipher).lock(principal, "demo")
+        locked = await ConnectionRepository(conn, cipher).read(principal, "demo")
     return locked.tokens if locked is not None else None
 
 
@@ -246,6 +247,58 @@ async def test_a_callback_replayed_with_its_used_state_is_refused_and_changes_no
     async with mcp_client(person.username, elicitation_callback=_never_called) as client:
         again = await client.call_tool("connection_whoami", WHOAMI)
     assert not again.is_error, _text(again)
+
+
+async def test_a_callback_replayed_without_the_owners_session_is_refused_and_leaves_her_flow_usable(
+    mcp_client: McpClientFactory,
+    browser_user: BrowserUserFactory,
+    database: Database,
+    devidp: DevIdP,
+    token_encryption_keys: str,
+) -> None:
+    """Whoever learns the callback URL (a proxy log, a shoulder) replays it first, with no cookie or their own."""
+    alice_name = _fresh("owner")
+    alice = await browser_user(alice_name)
+    await devidp.set_authorization_fault("hold", client_id=DEMO_CLIENT_ID)  # alice pauses at the provider
+    try:
+        async with mcp_client(alice_name, elicitation_callback=_never_called) as client:
+            first, url = await _round_one(client)
+            at_provider = await alice.open(url)
+            assert at_provider.url.startswith(f"{devidp.issuer}/auth?")
+            callback = f"{_base(url)}/oauth/callback"
+            replay = {"code": "stolen-or-made-up", "state": httpx2.URL(at_provider.url).params["state"]}
+
+            jar = CookieJar(
+                [key.encode() for key in token_encryption_keys.split(",")],
+                secure=False,
+                session_seconds=900,
+                login_seconds=600,
+            )
+            mallory = jar.session_cookie(BrowserSession(issuer=devidp.issuer, subject=_fresh("mallory")))
+            async with httpx2.AsyncClient(timeout=15.0, follow_redirects=False) as attacker:
+                cookieless = await attacker.get(callback, params=replay)
+            signed_in = {mallory.key: mallory.value or ""}
+            async with httpx2.AsyncClient(timeout=15.0, follow_redirects=False, cookies=signed_in) as attacker:
+                wrong_user = await attacker.get(callback, params=replay)
+            for refused in (cookieless, wrong_user):
+                assert refused.status_code == 403, refused.text
+                assert "This link belongs to someone else" in refused.text
+            flow = await _flow_row(database, _handle(url))
+            assert (flow["status"], flow["state_consumed_at"], flow["error"]) == ("pending", None, None)
+            assert flow["secrets_enc"] is not None  # the PKCE verifier is still there for the real callback
+            assert ("subject_mismatch", "refused") in await _audit_outcomes(database, _principal(devidp, alice_name))
+
+            await devidp.set_authorization_fault("ok")
+            landing = await alice.open(at_provider.url)  # alice carries on at the provider
+            assert landing.status == 200, landing.text
+            assert "Connected" in landing.text
+            done = await _retry(client, first)
+    finally:
+        await devidp.set_authorization_fault("ok")
+    assert isinstance(done, CallToolResult)
+    assert not done.is_error, done
+    assert done.structured_content is not None
+    assert done.structured_content["profile"]["sub"] == alice_name
 
 
 async def test_an_expired_flow_stops_link_callback_and_retry_with_clear_messages(

@@ -89,6 +89,15 @@ FIXTURE_DEPENDENT_STATELESS_CHECKS = {
     "sep-2575-server-sends-tools-list-changed-on-subscription": "needs test_trigger_tool_change",
     "sep-2575-server-sends-prompts-list-changed-on-subscription": "needs test_trigger_prompt_change",
 }
+# Checks of caching that call prompts/resources methods unconditionally. Production has neither, so it
+# does not advertise them and answers -32601 (server-stateless requires exactly that pairing); judged in
+# the profile, which has fixture prompts and resources.
+UNADVERTISED_IN_PRODUCTION_CHECKS = {
+    "sep-2549-prompts-list-caching-hints": "production has no prompts (not advertised, -32601)",
+    "sep-2549-resources-list-caching-hints": "production has no resources (not advertised, -32601)",
+    "sep-2549-resources-templates-list-caching-hints": "production has no resources (not advertised, -32601)",
+}
+NOT_JUDGED_IN_PRODUCTION = FIXTURE_DEPENDENT_STATELESS_CHECKS | UNADVERTISED_IN_PRODUCTION_CHECKS
 
 
 def test_the_conformance_profile_passes_every_required_scenario_with_schema_valid_messages(
@@ -123,8 +132,8 @@ def test_the_production_profile_passes_every_scenario_that_needs_no_fixture(
 ) -> None:
     run = run_suite(production_profile.mcp_url, tmp_path / "results", scenario=scenario)
     checks = run.checks[scenario]
-    judged = [check for check in checks if check.id not in FIXTURE_DEPENDENT_STATELESS_CHECKS]
-    set_aside = [check for check in checks if check.id in FIXTURE_DEPENDENT_STATELESS_CHECKS]
+    judged = [check for check in checks if check.id not in NOT_JUDGED_IN_PRODUCTION]
+    set_aside = [check for check in checks if check.id in NOT_JUDGED_IN_PRODUCTION]
     failed = [check for check in judged if check.status == "FAILURE"]
     statuses = Counter(check.status.lower() for check in judged)
     report.note(
@@ -165,15 +174,15 @@ def test_dns_rebinding_probes_are_refused_by_coatcheck_itself_behind_the_proxy(
 
 def test_the_production_app_lists_no_conformance_fixture(production_profile: ProxiedServer) -> None:
     with httpx.Client(timeout=15.0) as http:
-        listed = {
-            method: response_message(post(http, production_profile.mcp_url, method))["result"]
+        answers = {
+            method: response_message(post(http, production_profile.mcp_url, method))
             for method in ("tools/list", "prompts/list", "resources/list", "resources/templates/list")
         }
-    tool_names = {tool["name"] for tool in listed["tools/list"]["tools"]}
+    tool_names = {tool["name"] for tool in answers["tools/list"]["result"]["tools"]}
     assert not {name for name in tool_names if name.startswith("test_")}
-    assert listed["prompts/list"]["prompts"] == []
-    assert listed["resources/list"]["resources"] == []
-    assert listed["resources/templates/list"]["resourceTemplates"] == []
+    # No prompts or resources at all: not advertised, and their methods are not found.
+    for method in ("prompts/list", "resources/list", "resources/templates/list"):
+        assert answers[method]["error"]["code"] == -32601, answers[method]
 
 
 def test_no_product_module_imports_the_conformance_fixtures() -> None:

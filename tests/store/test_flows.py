@@ -1,4 +1,7 @@
-"""Connect flows against the real test database: reuse, single-use state, expiry, scoping, waiting."""
+"""Connect flows against the real test database: reuse, single-use state, expiry, scoping.
+
+Waiting for a flow to settle is the service's job: tests/api/test_flow_wait.py.
+"""
 
 import asyncio
 import logging
@@ -12,7 +15,7 @@ from sqlalchemy import func, select, update
 from store.crypto import TokenCipher
 from store.db import Database
 from store.errors import NotFound
-from store.flows import FLOW_PREFIX, Flow, FlowRepository, wait_for_flow
+from store.flows import FLOW_PREFIX, Flow, FlowRepository
 from store.handles import is_well_formed
 from store.models import OAuthFlow, table_of
 from store.principal import Principal
@@ -211,44 +214,6 @@ async def test_attach_provider_state_refuses_unknown_and_expired_flows(
         for handle in (flow.handle, "flow_" + "B" * 32, "bogus"):
             with pytest.raises(NotFound):
                 await flows.attach_provider_state(handle, state="s", code_verifier="v", nonce=None)
-
-
-async def test_wait_for_flow_returns_as_soon_as_another_transaction_settles_the_flow(
-    database: Database, new_principal: Callable[[], Principal]
-) -> None:
-    owner = new_principal()
-    flow = await _begin(database, owner)
-    waiting = asyncio.create_task(wait_for_flow(database, owner, flow.handle, 30.0, interval=0.01))
-    async with database.transaction() as conn:
-        await FlowRepository(conn, CIPHER).finish(flow.handle, "connected")
-    async with asyncio.timeout(5):  # far below the 30 s the waiter would allow
-        settled = await waiting
-    assert settled is not None
-    assert settled.status == "connected"
-
-
-async def test_wait_for_flow_gives_up_after_the_timeout_with_the_flow_still_pending(
-    database: Database, new_principal: Callable[[], Principal]
-) -> None:
-    owner = new_principal()
-    flow = await _begin(database, owner)
-    async with asyncio.timeout(5):
-        still = await wait_for_flow(database, owner, flow.handle, 0.05, interval=0.01)
-    assert still == flow
-
-
-async def test_wait_for_flow_returns_at_once_for_a_foreign_or_expired_flow(
-    database: Database, new_principal: Callable[[], Principal]
-) -> None:
-    alice, bob = new_principal(), new_principal()
-    flow = await _begin(database, alice)
-    async with asyncio.timeout(5):
-        assert await wait_for_flow(database, bob, flow.handle, 30.0) is None
-    await _expire(database, flow)
-    async with asyncio.timeout(5):
-        expired = await wait_for_flow(database, alice, flow.handle, 30.0)
-    assert expired is not None
-    assert expired.status == "expired"
 
 
 async def test_flow_secrets_never_reach_logs_or_reprs(

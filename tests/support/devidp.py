@@ -134,6 +134,14 @@ class DevIdP:
         """
         _raise_for_dev_endpoint(await self._request("POST", "/dev/faults", {"token_endpoint": token_endpoint}))
 
+    async def set_token_delay(self, seconds: float) -> None:
+        """Answer code and refresh grants at the token endpoint only after ``seconds`` (``0``: at once).
+
+        The request is counted in :meth:`stats` when it arrives, before the delay.
+        """
+        body = {"token_endpoint_delay_ms": round(seconds * 1000)}
+        _raise_for_dev_endpoint(await self._request("POST", "/dev/faults", body))
+
     async def set_authorization_fault(self, mode: str, *, client_id: str | None = None) -> None:
         """``"deny"``: ``GET /auth`` for ``client_id`` answers ``error=access_denied`` at once; ``"hold"``: it
         shows a page and never redirects; ``"ok"``: normal. Other clients are unaffected when ``client_id`` is set.

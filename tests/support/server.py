@@ -5,7 +5,7 @@ import os
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,15 +41,22 @@ def _healthy(url: str, process: subprocess.Popen[bytes]) -> bool:
 
 @contextlib.contextmanager
 def run_server(
-    env: Mapping[str, str], *, port: int | None = None, public_url: str | None = None
+    env: Mapping[str, str],
+    *,
+    port: int | None = None,
+    public_url: str | None = None,
+    extra_args: Sequence[str] = (),
 ) -> Iterator[RunningServer]:
-    """Start ``coatcheck serve`` with ``env`` (plus PUBLIC_URL for the chosen port) and stop it afterwards."""
+    """Start ``coatcheck serve`` with ``env`` (plus PUBLIC_URL for the chosen port) and stop it afterwards.
+
+    ``extra_args`` are appended to the ``serve`` command line (e.g. ``--purge-every 1s``).
+    """
     port = port or free_port()
     base_url = f"http://127.0.0.1:{port}"
     full_env = {**os.environ, **env, "PUBLIC_URL": public_url or env.get("PUBLIC_URL", base_url)}
     log = tempfile.NamedTemporaryFile(prefix="coatcheck-serve-", suffix=".log", delete=False)  # noqa: SIM115
     process = subprocess.Popen(
-        [sys.executable, "-m", "api.cli", "serve", "--host", "127.0.0.1", "--port", str(port)],
+        [sys.executable, "-m", "api.cli", "serve", "--host", "127.0.0.1", "--port", str(port), *extra_args],
         env=full_env,
         stdout=log,
         stderr=subprocess.STDOUT,

@@ -1,0 +1,1 @@
+"""Operator and developer sub-commands of ``coatcheck``, one module each (registered in ``api.cli``)."""

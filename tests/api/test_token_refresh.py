@@ -1,0 +1,261 @@
+"""The token refresher against the real database: one refresher, waiters that hold no connection, bounded waits.
+
+``refresh`` stands in for the provider's token endpoint (a coroutine the test controls); the database and the
+lease are real. The end-to-end version with the real dev IdP and two server processes is
+tests/browser/test_refresh_storm.py.
+"""
+
+import asyncio
+import logging
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from sqlalchemy import text
+
+from api.oauth.client import OAuthFailure
+from api.oauth.refresh import RefreshTiming, TokenRefresher
+from store.audit import AuditRepository
+from store.crypto import DecryptError, TokenCipher
+from store.db import Database
+from store.errors import InvalidGrant
+from store.principal import Principal
+from store.token_refresh import claim_refresh
+from store.vault import ConnectionRepository, TokenSet
+from tests.support.mrtr import eventually
+from tests.support.sql import recorded_statements
+
+KEY = b"test-refresh-key-" + b"r" * 20 + b"-0123456789"
+OTHER = b"other-refresh-key-" + b"o" * 20 + b"-ABCDEFGHIJ"
+CIPHER = TokenCipher([KEY])
+SKEW = timedelta(minutes=1)
+
+
+def _tokens(tag: str, *, expires_in: timedelta | None = timedelta(hours=1), refresh: bool = True) -> TokenSet:
+    return TokenSet(
+        access_token=f"at-{tag}-SECRET",
+        refresh_token=f"rt-{tag}-SECRET" if refresh else None,
+        expires_at=datetime.now(UTC) + expires_in if expires_in is not None else None,
+        scopes=("read", "write"),
+    )
+
+
+def _refresher(database: Database, **timing: float) -> TokenRefresher:
+    return TokenRefresher(database, CIPHER, skew=SKEW, timing=RefreshTiming(**timing))
+
+
+async def _save(database: Database, owner: Principal, tokens: TokenSet) -> None:
+    async with database.transaction() as conn:
+        await ConnectionRepository(conn, CIPHER).save(owner, "demo", tokens)
+
+
+async def _stored(database: Database, owner: Principal, cipher: TokenCipher = CIPHER) -> TokenSet | None:
+    async with database.one_statement() as conn:
+        stored = await ConnectionRepository(conn, cipher).read(owner, "demo")
+    return stored.tokens if stored is not None else None
+
+
+async def _audit(database: Database, owner: Principal) -> list[tuple[str, str, str | None]]:
+    async with database.one_statement() as conn:
+        entries = await AuditRepository(conn).list(owner)
+    return [(e.action, e.outcome, e.detail) for e in reversed(entries)]
+
+
+async def _never(_: str) -> TokenSet:
+    raise AssertionError("the provider must not be called")
+
+
+_HELD = text(
+    "SELECT count(*) FILTER (WHERE state LIKE 'idle in transaction%') AS idle_in_tx, "
+    "count(*) FILTER (WHERE cardinality(pg_blocking_pids(pid)) > 0) AS blocked "
+    "FROM pg_stat_activity WHERE datname = current_database()"
+)
+
+
+async def test_a_fresh_token_costs_one_unlocked_read_and_no_refresh(
+    database: Database, new_principal: Callable[[], Principal]
+) -> None:
+    owner = new_principal()
+    tokens = _tokens("fresh")
+    await _save(database, owner, tokens)
+    with recorded_statements(database) as statements:
+        assert await _refresher(database).usable_tokens(owner, "demo", _never) == tokens
+    assert len(statements) == 1
+    assert "FOR UPDATE" not in statements[0]
+    never_expiring = _tokens("forever", expires_in=None)
+    await _save(database, owner, never_expiring)
+    assert await _refresher(database).usable_tokens(owner, "demo", _never) == never_expiring
+
+
+async def test_no_connection_means_no_tokens(database: Database, new_principal: Callable[[], Principal]) -> None:
+    assert await _refresher(database).usable_tokens(new_principal(), "demo", _never) is None
+
+
+async def test_concurrent_callers_refresh_once_and_nobody_holds_a_transaction_or_waits_on_a_lock_meanwhile(
+    database: Database, new_principal: Callable[[], Principal]
+) -> None:
+    """Six callers, as six instances would be: one refreshes while five poll; all get the new token."""
+    owner = new_principal()
+    await _save(database, owner, _tokens("expired", expires_in=timedelta(minutes=-5)))
+    callers = 6
+    calls: list[str] = []
+    statements: list[str] = []
+    seen_during_refresh: list[tuple[int, int]] = []
+
+    async def refresh(refresh_token: str) -> TokenSet:
+        calls.append(refresh_token)
+
+        # Hold the provider call until every other caller has polled the row at least twice: they are waiting.
+        async def everyone_polled_twice() -> bool:
+            reads = sum("refresh_lease_until" in s and s.lstrip().startswith("SELECT") for s in statements)
+            return reads >= 2 * callers
+
+        await eventually(everyone_polled_twice, within=10, what="the other callers polling the lease", interval=0.01)
+        async with database.one_statement() as conn:
+            row = (await conn.execute(_HELD)).one()
+        seen_during_refresh.append((int(row.idle_in_tx), int(row.blocked)))
+        return TokenSet(access_token="at-renewed-SECRET", refresh_token=None, expires_at=None, scopes=())
+
+    refresher = _refresher(database)
+    with recorded_statements(database) as recorded:
+        statements = recorded
+        async with asyncio.timeout(20):
+            results = await asyncio.gather(*(refresher.usable_tokens(owner, "demo", refresh) for _ in range(callers)))
+    assert calls == ["rt-expired-SECRET"]
+    assert seen_during_refresh == [(0, 0)], "a transaction was held open or a caller waited on a row lock"
+    assert {r.access_token if r else None for r in results} == {"at-renewed-SECRET"}
+    assert {r.refresh_token if r else None for r in results} == {"rt-expired-SECRET"}
+    assert await _audit(database, owner) == [("refresh", "ok", None)]
+
+
+async def test_a_caller_whose_token_is_still_valid_uses_it_while_another_refreshes(
+    database: Database, new_principal: Callable[[], Principal]
+) -> None:
+    owner = new_principal()
+    due = _tokens("due", expires_in=timedelta(seconds=30))  # inside the skew, not yet expired
+    await _save(database, owner, due)
+    async with database.one_statement() as conn:
+        assert await claim_refresh(conn, CIPHER, owner, "demo", skew=SKEW, lease_for=timedelta(minutes=1))
+    async with asyncio.timeout(5):
+        assert await _refresher(database).usable_tokens(owner, "demo", _never) == due
+
+
+async def test_a_caller_gives_up_after_the_bounded_wait_when_the_refresher_never_writes_back(
+    database: Database, new_principal: Callable[[], Principal]
+) -> None:
+    owner = new_principal()
+    await _save(database, owner, _tokens("stuck", expires_in=timedelta(minutes=-1)))
+    async with database.one_statement() as conn:  # a refresher that died mid-call: its lease just runs out
+        assert await claim_refresh(conn, CIPHER, owner, "demo", skew=SKEW, lease_for=timedelta(minutes=1))
+    async with asyncio.timeout(5):
+        with pytest.raises(OAuthFailure) as caught:
+            await _refresher(database, wait=0.3).usable_tokens(owner, "demo", _never)
+    assert caught.value.error == "refresh_in_progress"
+
+
+async def test_invalid_grant_marks_the_connection_for_reauthorisation_and_returns_no_token(
+    database: Database, new_principal: Callable[[], Principal]
+) -> None:
+    owner = new_principal()
+    await _save(database, owner, _tokens("revoked", expires_in=timedelta(seconds=10)))
+    calls = 0
+
+    async def refresh(_: str) -> TokenSet:
+        nonlocal calls
+        calls += 1
+        raise InvalidGrant("invalid_grant")
+
+    refresher = _refresher(database)
+    assert await refresher.usable_tokens(owner, "demo", refresh) is None
+    assert await refresher.usable_tokens(owner, "demo", refresh) is None
+    assert calls == 1
+    async with database.one_statement() as conn:
+        info = await ConnectionRepository(conn, CIPHER).info(owner, "demo")
+    assert info is not None
+    assert info.status == "needs_reauth"
+    assert await _audit(database, owner) == [("refresh", "invalid_grant", None)]
+
+
+async def test_a_failed_refresh_leaves_the_tokens_untouched_is_audited_and_others_do_not_retry_until_the_cool_down(
+    database: Database, new_principal: Callable[[], Principal]
+) -> None:
+    owner = new_principal()
+    tokens = _tokens("kept", expires_in=timedelta(minutes=-1))
+    await _save(database, owner, tokens)
+
+    class ProviderDownError(Exception):
+        pass
+
+    calls = 0
+
+    async def refresh(refresh_token: str) -> TokenSet:
+        nonlocal calls
+        calls += 1
+        raise ProviderDownError(f"upstream said no to {refresh_token}")
+
+    refresher = _refresher(database, retry_after=3600)
+    with pytest.raises(ProviderDownError):
+        await refresher.usable_tokens(owner, "demo", refresh)
+    with pytest.raises(OAuthFailure) as caught:
+        await refresher.usable_tokens(owner, "demo", refresh)
+    assert caught.value.error == "refresh_failed_recently"
+    assert calls == 1
+    assert await _stored(database, owner) == tokens
+    assert await _audit(database, owner) == [("refresh", "failed", "ProviderDownError")]
+
+
+async def test_a_provider_slower_than_the_refresh_timeout_is_abandoned_and_audited(
+    database: Database, new_principal: Callable[[], Principal]
+) -> None:
+    owner = new_principal()
+    await _save(database, owner, _tokens("slow", expires_in=timedelta(minutes=-1)))
+
+    async def hangs(_: str) -> TokenSet:
+        await asyncio.Event().wait()
+        raise AssertionError("unreachable")
+
+    async with asyncio.timeout(5):
+        with pytest.raises(OAuthFailure) as caught:
+            await _refresher(database, timeout=0.2).usable_tokens(owner, "demo", hangs)
+    assert caught.value.error == "refresh_timeout"
+    assert await _audit(database, owner) == [("refresh", "failed", "timeout")]
+
+
+async def test_an_expired_token_without_a_refresh_token_needs_reauthorisation(
+    database: Database, new_principal: Callable[[], Principal]
+) -> None:
+    owner = new_principal()
+    await _save(database, owner, _tokens("once", expires_in=timedelta(minutes=-1), refresh=False))
+    assert await _refresher(database).usable_tokens(owner, "demo", _never) is None
+    async with database.one_statement() as conn:
+        info = await ConnectionRepository(conn, CIPHER).info(owner, "demo")
+    assert info is not None
+    assert info.status == "needs_reauth"
+
+
+async def test_no_token_value_appears_in_reprs_errors_or_logs(
+    database: Database, new_principal: Callable[[], Principal], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    owner = new_principal()
+    tokens = _tokens("leak", expires_in=timedelta(minutes=-1))
+    await _save(database, owner, tokens)
+
+    async def failing(refresh_token: str) -> TokenSet:
+        raise RuntimeError(f"boom {refresh_token}"[:4])
+
+    async def refused(refresh_token: str) -> TokenSet:
+        raise InvalidGrant("invalid_grant")
+
+    refresher = _refresher(database, retry_after=0)
+    with pytest.raises(RuntimeError):
+        await refresher.usable_tokens(owner, "demo", failing)
+    async with database.one_statement() as conn:
+        stored = await ConnectionRepository(conn, CIPHER).read(owner, "demo")
+    assert await refresher.usable_tokens(owner, "demo", refused) is None
+    with pytest.raises(DecryptError) as caught:
+        await _stored(database, owner, TokenCipher([OTHER]))
+    shown = " ".join([repr(tokens), repr(stored), str(tokens), str(caught.value), caplog.text])
+    for secret in ("at-leak-SECRET", "rt-leak-SECRET", KEY.decode()):
+        assert secret not in shown
+    assert any(record.name.startswith("api.oauth.refresh") for record in caplog.records)

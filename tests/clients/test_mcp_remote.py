@@ -1,0 +1,57 @@
+"""``mcp-remote`` (pinned in tests/clients/package.json) bridges a stdio MCP client to Coatcheck over HTTP: the
+official SDK's stdio client runs the cart flow through it, with the bearer token in a header mcp-remote
+fills from an environment variable (so it is not on the command line)."""
+
+import uuid
+from pathlib import Path
+
+import anyio
+import pytest
+from mcp import Client, StdioServerParameters
+from mcp.client.stdio import stdio_client
+
+from tests.clients.node_clients import NodeClients, node_clients
+from tests.support.devidp import DevIdP
+from tests.support.server import RunningServer
+
+BOUND = 90.0
+
+
+@pytest.fixture(scope="module")
+def clients() -> NodeClients:
+    return node_clients()
+
+
+async def test_the_sdk_stdio_client_runs_the_cart_flow_through_mcp_remote(
+    clients: NodeClients, server: RunningServer, devidp: DevIdP, tmp_path: Path
+) -> None:
+    token = await devidp.token(f"remote-{uuid.uuid4().hex[:8]}", resource=server.mcp_url)
+    bridge = StdioServerParameters(
+        command=str(clients.node),
+        args=[
+            str(clients.mcp_remote),
+            server.mcp_url,
+            "--transport",
+            "http-only",
+            "--header",
+            "Authorization:${AUTH_HEADER}",
+        ],
+        env=clients.env(tmp_path / "home", AUTH_HEADER=f"Bearer {token}"),
+        cwd=str(tmp_path),
+    )
+    log_path = tmp_path / "mcp-remote.log"
+    with anyio.fail_after(BOUND), log_path.open("w") as log:
+        async with Client(stdio_client(bridge, errlog=log)) as client:
+            assert client.protocol_version == "2026-07-28"
+            found = await client.call_tool("catalog_search", {"limit": 1})
+            assert found.structured_content is not None
+            sku = found.structured_content["products"][0]["sku"]
+            created = await client.call_tool("cart_create", {})
+            assert created.structured_content is not None
+            cart_id = created.structured_content["cart_id"]
+            updated = await client.call_tool("cart_set_item", {"cart_id": cart_id, "sku": sku, "quantity": 2})
+            assert not updated.is_error, updated
+            viewed = await client.call_tool("cart_view", {"cart_id": cart_id})
+            assert viewed.structured_content is not None
+            assert [(i["sku"], i["quantity"]) for i in viewed.structured_content["items"]] == [(sku, 2)]
+    assert token not in log_path.read_text(), "mcp-remote logged the bearer token"

@@ -1,0 +1,152 @@
+"""The refresh lease against the real database: one winner, conditional write-back, cool-down, takeover."""
+
+import asyncio
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+
+from store.crypto import TokenCipher
+from store.db import Database
+from store.principal import Principal
+from store.token_refresh import (
+    claim_refresh,
+    mark_needs_reauth_under_lease,
+    read_for_refresh,
+    release_after_failure,
+    store_refreshed,
+)
+from store.vault import ConnectionRepository, TokenSet
+
+CIPHER = TokenCipher([b"test-lease-key-" + b"l" * 20 + b"-0123456789"])
+SKEW = timedelta(minutes=1)
+LEASE = timedelta(seconds=30)
+
+
+def _tokens(tag: str, *, expires_in: timedelta | None = timedelta(minutes=-1), refresh: bool = True) -> TokenSet:
+    return TokenSet(
+        access_token=f"at-{tag}-SECRET",
+        refresh_token=f"rt-{tag}-SECRET" if refresh else None,
+        expires_at=datetime.now(UTC) + expires_in if expires_in is not None else None,
+        scopes=("read", "write"),
+    )
+
+
+async def _save(database: Database, owner: Principal, tokens: TokenSet) -> None:
+    async with database.transaction() as conn:
+        await ConnectionRepository(conn, CIPHER).save(owner, "demo", tokens)
+
+
+async def _claim(database: Database, owner: Principal, lease_for: timedelta = LEASE):  # type: ignore[no-untyped-def]
+    async with database.one_statement() as conn:
+        return await claim_refresh(conn, CIPHER, owner, "demo", skew=SKEW, lease_for=lease_for)
+
+
+async def _stored(database: Database, owner: Principal) -> TokenSet:
+    async with database.one_statement() as conn:
+        view = await read_for_refresh(conn, CIPHER, owner, "demo", skew=SKEW)
+    assert view is not None
+    return view.tokens
+
+
+async def test_of_many_concurrent_claims_exactly_one_wins_and_the_others_see_the_lease(
+    database: Database, new_principal: Callable[[], Principal]
+) -> None:
+    owner = new_principal()
+    await _save(database, owner, _tokens("due"))
+    leases = await asyncio.gather(*(_claim(database, owner) for _ in range(8)))
+    winners = [lease for lease in leases if lease is not None]
+    assert len(winners) == 1
+    assert winners[0].refresh_token == "rt-due-SECRET"
+    async with database.one_statement() as conn:
+        view = await read_for_refresh(conn, CIPHER, owner, "demo", skew=SKEW)
+    assert view is not None
+    assert (view.due, view.valid, view.leased, view.cooling) == (True, False, True, False)
+
+
+async def test_nothing_is_leased_for_a_fresh_token_one_without_refresh_token_or_a_foreign_principal(
+    database: Database, new_principal: Callable[[], Principal]
+) -> None:
+    fresh, once, stranger = new_principal(), new_principal(), new_principal()
+    await _save(database, fresh, _tokens("fresh", expires_in=timedelta(hours=1)))
+    await _save(database, once, _tokens("once", refresh=False))
+    assert await _claim(database, fresh) is None
+    assert await _claim(database, once) is None
+    assert await _claim(database, stranger) is None
+    async with database.one_statement() as conn:
+        assert await read_for_refresh(conn, CIPHER, stranger, "demo", skew=SKEW) is None
+        view = await read_for_refresh(conn, CIPHER, fresh, "demo", skew=SKEW)
+    assert view is not None
+    assert (view.due, view.valid) == (False, True)
+
+
+async def test_the_write_back_stores_the_new_tokens_releases_the_lease_and_keeps_what_the_provider_omitted(
+    database: Database, new_principal: Callable[[], Principal]
+) -> None:
+    owner = new_principal()
+    await _save(database, owner, _tokens("old"))
+    lease = await _claim(database, owner)
+    assert lease is not None
+    renewed = TokenSet(access_token="at-new-SECRET", refresh_token=None, expires_at=None, scopes=())
+    async with database.transaction() as conn:
+        assert await store_refreshed(conn, CIPHER, lease, renewed)
+    stored = await _stored(database, owner)
+    assert (stored.access_token, stored.refresh_token, stored.expires_at) == ("at-new-SECRET", "rt-old-SECRET", None)
+    assert stored.scopes == ("read", "write")
+    assert stored == lease.tokens.merged_with(renewed)
+    async with database.one_statement() as conn:
+        view = await read_for_refresh(conn, CIPHER, owner, "demo", skew=SKEW)
+    assert view is not None
+    assert (view.leased, view.cooling) == (False, False)
+    assert view.connection.info.refreshed_at is not None
+
+
+async def test_a_write_back_whose_lease_expired_and_was_taken_over_stores_nothing(
+    database: Database, new_principal: Callable[[], Principal]
+) -> None:
+    owner = new_principal()
+    await _save(database, owner, _tokens("old"))
+    slow = await _claim(database, owner, lease_for=timedelta(0))  # expires at once
+    assert slow is not None
+    quick = await _claim(database, owner)
+    assert quick is not None
+    async with database.transaction() as conn:
+        assert await store_refreshed(conn, CIPHER, quick, _tokens("quick", expires_in=timedelta(hours=1)))
+    async with database.transaction() as conn:
+        assert not await store_refreshed(conn, CIPHER, slow, _tokens("slow", expires_in=timedelta(hours=1)))
+        assert not await mark_needs_reauth_under_lease(conn, slow)
+    assert (await _stored(database, owner)).access_token == "at-quick-SECRET"
+
+
+async def test_a_new_authorization_drops_the_lease_so_the_old_grants_write_back_is_ignored(
+    database: Database, new_principal: Callable[[], Principal]
+) -> None:
+    owner = new_principal()
+    await _save(database, owner, _tokens("old"))
+    lease = await _claim(database, owner)
+    assert lease is not None
+    await _save(database, owner, _tokens("reconnected", expires_in=timedelta(hours=1)))
+    async with database.transaction() as conn:
+        assert not await store_refreshed(conn, CIPHER, lease, _tokens("late", expires_in=timedelta(hours=1)))
+    assert (await _stored(database, owner)).access_token == "at-reconnected-SECRET"
+
+
+async def test_after_a_failure_nobody_claims_the_lease_until_the_cool_down_passes(
+    database: Database, new_principal: Callable[[], Principal]
+) -> None:
+    owner, other = new_principal(), new_principal()
+    await _save(database, owner, _tokens("down"))
+    await _save(database, other, _tokens("down-briefly"))
+    lease = await _claim(database, owner)
+    brief = await _claim(database, other)
+    assert lease is not None
+    assert brief is not None
+    async with database.one_statement() as conn:
+        await release_after_failure(conn, lease, retry_after=timedelta(hours=1))
+    async with database.one_statement() as conn:
+        await release_after_failure(conn, brief, retry_after=timedelta(0))
+    async with database.one_statement() as conn:
+        view = await read_for_refresh(conn, CIPHER, owner, "demo", skew=SKEW)
+    assert view is not None
+    assert (view.leased, view.cooling) == (False, True)
+    assert view.tokens.access_token == "at-down-SECRET"  # untouched
+    assert await _claim(database, owner) is None
+    assert await _claim(database, other) is not None  # no cool-down: the next caller may try again

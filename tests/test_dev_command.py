@@ -1,0 +1,202 @@
+"""``coatcheck dev`` as a newcomer runs it: no DATABASE_URL, an empty directory, then Ctrl-C, then again.
+
+The first run initialises the embedded PostgreSQL (pgserver), starts the dev IdP, migrates, seeds and
+serves; a tool call through the official SDK client with a dev token creates a cart. SIGINT stops every
+process it started. The second run reuses the data directory: the same token (the dev IdP's keys are kept
+there too) finds the same cart.
+"""
+
+import os
+import signal
+import stat
+import subprocess
+import sys
+import threading
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx2
+import psutil
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+
+from tests.support.waiting import free_port, wait_until
+
+REPO = Path(__file__).resolve().parents[1]
+START_TIMEOUT = 120.0  # the first run may npm install the dev IdP
+STOP_TIMEOUT = 60.0
+
+
+@dataclass
+class DevRun:
+    """A running ``coatcheck dev``: its process and everything it printed so far."""
+
+    process: subprocess.Popen[str]
+    port: int
+    idp_port: int
+    lines: list[str] = field(default_factory=list)
+
+    @property
+    def output(self) -> str:
+        return "".join(self.lines)
+
+    @property
+    def mcp_url(self) -> str:
+        return f"http://localhost:{self.port}/mcp"
+
+
+def _answers(url: str) -> bool:
+    try:
+        return httpx2.get(url, timeout=1.0).status_code == 200
+    except httpx2.HTTPError:
+        return False
+
+
+def _environment() -> dict[str, str]:
+    # A newcomer's shell: no DATABASE_URL, nothing of a server configuration.
+    return {key: value for key, value in os.environ.items() if key not in {"DATABASE_URL", "PUBLIC_URL"}}
+
+
+def _ports(port: int, idp_port: int) -> list[str]:
+    return ["--port", str(port), "--idp-port", str(idp_port)]
+
+
+@contextmanager
+def coatcheck_dev(data_dir: Path, cwd: Path, port: int, idp_port: int) -> Iterator[DevRun]:
+    """Start ``coatcheck dev``, wait until it serves, and make sure it is gone when the block ends."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "api.cli", "dev", "--data-dir", str(data_dir), *_ports(port, idp_port)],
+        cwd=cwd,
+        env=_environment(),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    run = DevRun(process=process, port=port, idp_port=idp_port)
+    assert process.stdout is not None
+    reader = threading.Thread(target=lambda: run.lines.extend(iter(process.stdout.readline, "")), daemon=True)
+    reader.start()
+    try:
+
+        def serving() -> bool:
+            assert process.poll() is None, f"coatcheck dev exited with {process.returncode}:\n{run.output}"
+            return _answers(f"http://127.0.0.1:{port}/readyz")
+
+        try:
+            wait_until(serving, timeout=START_TIMEOUT, what="coatcheck dev to serve")
+        except TimeoutError as exc:
+            raise AssertionError(f"{exc}\n{run.output}") from None
+        yield run
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        reader.join(timeout=10)
+
+
+def _stop_with_sigint(run: DevRun) -> None:
+    run.process.send_signal(signal.SIGINT)
+    try:
+        run.process.wait(timeout=STOP_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        raise AssertionError(f"coatcheck dev ignored SIGINT:\n{run.output}") from None
+    assert run.process.returncode == 0, run.output
+
+
+def _postgres_processes(data_dir: Path) -> list[psutil.Process]:
+    return [
+        process
+        for process in psutil.process_iter(attrs=["name", "cmdline"])
+        if process.info["name"] == "postgres" and str(data_dir) in " ".join(process.info["cmdline"] or [])
+    ]
+
+
+async def _dev_token(run: DevRun, username: str) -> str:
+    async with httpx2.AsyncClient(timeout=httpx2.Timeout(10.0)) as http:
+        response = await http.post(
+            f"http://localhost:{run.idp_port}/dev/token", json={"username": username, "resource": run.mcp_url}
+        )
+    assert response.status_code == 200, response.text
+    token = response.json()["access_token"]
+    assert isinstance(token, str)
+    return token
+
+
+@contextmanager
+def _no_leftovers(data_dir: Path) -> Iterator[None]:
+    try:
+        yield
+    finally:
+        for process in _postgres_processes(data_dir):
+            process.kill()
+
+
+async def test_coatcheck_dev_serves_the_whole_stack_stops_on_sigint_and_keeps_the_cart_for_the_next_run(
+    tmp_path: Path,
+) -> None:
+    data_dir = tmp_path / "dev-data"
+    port, idp_port = free_port(), free_port()
+    username = f"newcomer-{uuid.uuid4().hex[:8]}"
+    with _no_leftovers(data_dir):
+        with coatcheck_dev(data_dir, tmp_path, port, idp_port) as first:
+            output = first.output
+            assert "DEVELOPMENT ONLY, NOT FOR PRODUCTION" in output
+            assert f"claude mcp add --transport http coatcheck http://localhost:{port}/mcp" in output
+            assert "claude mcp login coatcheck" in output
+            assert f"--cli http://localhost:{port}/mcp --protocol-era modern" in output
+            assert f"http://localhost:{idp_port}/dev/token" in output
+            assert "initialised" in output
+
+            token = await _dev_token(first, username)
+            http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=httpx2.Timeout(30.0))
+            async with http, Client(streamable_http_client(first.mcp_url, http_client=http)) as client:
+                found = await client.call_tool("catalog_search", {"limit": 1})
+                assert found.structured_content is not None
+                sku = found.structured_content["products"][0]["sku"]
+                created = await client.call_tool("cart_create", {})
+                assert created.structured_content is not None
+                cart_id = created.structured_content["cart_id"]
+                updated = await client.call_tool("cart_set_item", {"cart_id": cart_id, "sku": sku, "quantity": 3})
+                assert not updated.is_error, updated
+
+            assert _postgres_processes(data_dir), "the embedded PostgreSQL is not running from the data directory"
+            _stop_with_sigint(first)
+            assert "stopped" in first.output
+            assert not _answers(f"http://127.0.0.1:{idp_port}/.well-known/openid-configuration"), "dev IdP still up"
+            wait_until(lambda: not _postgres_processes(data_dir), timeout=30, what="the embedded PostgreSQL to stop")
+
+        secrets_file = data_dir / "secrets.json"
+        assert stat.S_IMODE(secrets_file.stat().st_mode) == 0o600
+
+        with coatcheck_dev(data_dir, tmp_path, port, idp_port) as second:
+            assert "reusing the data and secrets" in second.output
+            assert "initialised" not in second.output
+            # The token from the first run: the dev IdP's signing keys survived too.
+            http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=httpx2.Timeout(30.0))
+            async with http, Client(streamable_http_client(second.mcp_url, http_client=http)) as client:
+                viewed = await client.call_tool("cart_view", {"cart_id": cart_id})
+                assert not viewed.is_error, viewed
+                assert viewed.structured_content is not None
+                assert [(item["sku"], item["quantity"]) for item in viewed.structured_content["items"]] == [(sku, 3)]
+            _stop_with_sigint(second)
+            wait_until(lambda: not _postgres_processes(data_dir), timeout=30, what="the embedded PostgreSQL to stop")
+
+
+def test_coatcheck_dev_without_node_says_it_needs_node_20_and_starts_nothing(tmp_path: Path) -> None:
+    env = {**_environment(), "PATH": str(Path(sys.executable).parent)}
+    result = subprocess.run(
+        [sys.executable, "-m", "api.cli", "dev", "--data-dir", str(tmp_path / "dev-data")],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 2
+    assert "needs Node.js 20 or newer" in result.stderr
+    assert not (tmp_path / "dev-data").exists()

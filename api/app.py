@@ -23,6 +23,7 @@ from api.mcp.endpoint import McpEndpoint, transport_security
 from api.mcp.server import build_mcp_server
 from api.oauth.routes import install_access_log_redaction
 from api.oauth.setup import build_browser_routes, build_connections
+from api.search_health import SearchHealth
 from api.settings import Settings
 from store.db import Database
 
@@ -112,6 +113,7 @@ def create_app(
         await endpoint(cast(Scope, sdk_scope), receive, send)
 
     prm = protected_resource_metadata(settings)
+    search_health = SearchHealth(db)
     prm_paths = ["/.well-known/oauth-protected-resource/mcp", "/.well-known/oauth-protected-resource"]
 
     # Public metadata: any web page may read it (browser MCP clients start OAuth discovery here). One
@@ -129,7 +131,11 @@ def create_app(
     @get("/readyz")
     async def readyz() -> Response[dict[str, str]]:
         if await db.ping(settings.readyz_timeout_seconds):
-            return Response({"status": "ready"}, status_code=200)
+            body = {"status": "ready"}
+            search = await search_health.status()
+            if search is not None:
+                body["catalog_search"] = search
+            return Response(body, status_code=200)
         return Response({"status": "database unreachable"}, status_code=503)
 
     @asynccontextmanager

@@ -181,6 +181,18 @@ class Settings(BaseSettings):
     token_refresh_skew_seconds: int = Field(
         default=60, ge=0, le=3600, description="Refresh a stored access token this long before it expires."
     )
+    max_open_carts: int = Field(
+        default=100,
+        ge=1,
+        le=100_000,
+        description="Open carts one user may have at once; cart_create beyond it is refused (say what to do).",
+    )
+    idempotency_key_ttl_seconds: int = Field(
+        default=86400,
+        ge=60,
+        le=30 * 86400,
+        description="How long a cart_create idempotency_key returns the cart it created; later it is a new key.",
+    )
     shutdown_timeout_seconds: int = Field(
         default=10,
         gt=0,

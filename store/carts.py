@@ -3,24 +3,39 @@
 Writes are absolute (a line is *set* to a quantity) and bump the cart's ``version``,
 so a retried call has the effect of one call and concurrent editors can use
 optimistic concurrency. A handle that is malformed, unknown, or owned by someone
-else raises the same :class:`~store.errors.NotFound`.
+else raises the same :class:`~store.errors.NotFound` (``delete`` answers ``False`` for all
+three, so a retried delete succeeds). Creating is capped per principal and can be made
+idempotent with a client-chosen key; listing is by keyset pages (``store/paging.py``).
 """
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
+from typing import Any
 
-from sqlalchemy import bindparam, delete, func, insert, select, text
+from sqlalchemy import (
+    Select,
+    bindparam,
+    delete,
+    func,
+    select,
+    text,
+    true,
+    tuple_,
+)
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from store.errors import Conflict, InvalidInput, NotFound
 from store.handles import is_well_formed, new_handle
 from store.lines import PricedLine
 from store.models import Cart, CartItem, Product, table_of
+from store.paging import DEFAULT_PAGE_SIZE, Page, Position, page_of
 from store.principal import Principal
 from store.scoping import owned_by, principal_params
 
 CART_PREFIX = "cart"
 MAX_QUANTITY = 999
+DEFAULT_MAX_OPEN_CARTS = 100
+DEFAULT_IDEMPOTENCY_KEY_TTL = timedelta(hours=24)
 MAX_CART_LINES = 100
 # A write that loses a compare-and-swap to a concurrent writer re-reads and tries again this often.
 _WRITE_ATTEMPTS = 10
@@ -152,21 +167,91 @@ WHERE cart.handle = CAST(:p_handle AS varchar)
   AND cart.principal_iss = CAST(:p_iss AS text) AND cart.principal_sub = CAST(:p_sub AS text)
 """
 )
-_LIST = (
-    select(
-        _cart.c.handle,
-        _cart.c.version,
-        _cart.c.status,
-        func.count(_item.c.sku),
-        func.coalesce(func.sum(_item.c.quantity), 0),
-        func.coalesce(func.sum(_item.c.quantity * _product.c.unit_price_cents), 0),
-        func.min(_product.c.currency),
-        _cart.c.created_at,
-    )
-    .select_from(_CART_LINES)
+# One page of the principal's carts (keyset on the index (iss, sub, created_at, handle)), then the
+# counts and totals of just those carts: the cost is one index range of limit + 1 entries plus their lines.
+_PAGE = (
+    select(_cart.c.id, _cart.c.handle, _cart.c.version, _cart.c.status, _cart.c.created_at)
     .where(_OWNED)
-    .group_by(_cart.c.id)
-    .order_by(_cart.c.created_at.desc(), _cart.c.id.desc())
+    .order_by(_cart.c.created_at.desc(), _cart.c.handle.desc())
+    .limit(bindparam("p_limit"))
+)
+_PAGE_AFTER = _PAGE.where(
+    tuple_(_cart.c.created_at, _cart.c.handle) < tuple_(bindparam("p_after_at"), bindparam("p_after_handle"))
+)
+
+
+def _list_of(page: Select[Any]) -> Select[Any]:
+    listed = page.cte("listed")
+    totals = (
+        select(
+            func.count(_item.c.sku).label("line_count"),
+            func.coalesce(func.sum(_item.c.quantity), 0).label("item_count"),
+            func.coalesce(func.sum(_item.c.quantity * _product.c.unit_price_cents), 0).label("total_cents"),
+            func.min(_product.c.currency).label("currency"),
+        )
+        .select_from(_item.join(_product, _product.c.sku == _item.c.sku))
+        .where(_item.c.cart_id == listed.c.id)
+        .lateral("totals")
+    )
+    return (
+        select(
+            listed.c.handle,
+            listed.c.version,
+            listed.c.status,
+            totals.c.line_count,
+            totals.c.item_count,
+            totals.c.total_cents,
+            totals.c.currency,
+            listed.c.created_at,
+        )
+        .select_from(listed.join(totals, true()))
+        .order_by(listed.c.created_at.desc(), listed.c.handle.desc())
+    )
+
+
+_LIST = _list_of(_PAGE)
+_LIST_AFTER = _list_of(_PAGE_AFTER)
+# cart_create in one statement (autocommit: one round trip). An open cart holds one of its owner's
+# MAX_OPEN_CARTS numbered slots, and a unique index over the open carts' slots (uq_cart_open_slot, partial
+# on status = 'open', so checking out or deleting a cart frees its slot) is what enforces the cap: two
+# concurrent creates that pick the same free slot cannot both commit, and the loser, after DO NOTHING,
+# tries again on a fresh snapshot. With no free slot the cap is reached. The idempotency key is unique
+# per principal too (uq_cart_idempotency_key), so racing retries of one key make one cart.
+_CREATE = text(
+    """
+WITH args AS (
+    SELECT CAST(:p_iss AS text) AS iss, CAST(:p_sub AS text) AS sub, CAST(:p_handle AS varchar) AS handle,
+           CAST(:p_key AS varchar) AS key, CAST(:p_ttl AS interval) AS ttl, CAST(:p_max_open AS integer) AS max_open
+), reused AS (
+    SELECT cart.handle FROM cart, args
+    WHERE cart.principal_iss = args.iss AND cart.principal_sub = args.sub
+      AND cart.idempotency_key = args.key AND cart.created_at > now() - args.ttl
+), free_slot AS (
+    SELECT slot FROM args, generate_series(1, args.max_open) AS slot
+    WHERE NOT EXISTS (
+        SELECT FROM cart
+        WHERE cart.principal_iss = args.iss AND cart.principal_sub = args.sub
+          AND cart.status = 'open' AND cart.open_slot = slot)
+    ORDER BY slot
+    LIMIT 1
+), created AS (
+    INSERT INTO cart (handle, principal_iss, principal_sub, idempotency_key, open_slot)
+    SELECT args.handle, args.iss, args.sub, args.key, free_slot.slot FROM args, free_slot
+    WHERE NOT EXISTS (SELECT FROM reused)
+    ON CONFLICT DO NOTHING
+    RETURNING cart.handle
+)
+SELECT (SELECT handle FROM reused) AS reused, (SELECT handle FROM created) AS created,
+       EXISTS (SELECT FROM free_slot) AS below_cap
+"""
+)
+# Only after a create lost a race or hit an expired key: a key past its TTL no longer names its cart.
+_FORGET_EXPIRED_KEY = text(
+    """
+UPDATE cart SET idempotency_key = NULL
+WHERE principal_iss = CAST(:p_iss AS text) AND principal_sub = CAST(:p_sub AS text)
+  AND idempotency_key = CAST(:p_key AS varchar) AND created_at <= now() - CAST(:p_ttl AS interval)
+"""
 )
 _DELETE = delete(_cart).where(_cart.c.handle == bindparam("p_handle"), _OWNED).returning(_cart.c.id)
 
@@ -177,13 +262,44 @@ class CartRepository:
     def __init__(self, conn: AsyncConnection) -> None:
         self._conn = conn
 
-    async def create(self, principal: Principal) -> str:
-        """Create an empty open cart and return its handle."""
-        handle = new_handle(CART_PREFIX)
-        await self._conn.execute(
-            insert(_cart).values(handle=handle, principal_iss=principal.issuer, principal_sub=principal.subject)
-        )
-        return handle
+    async def create(
+        self,
+        principal: Principal,
+        *,
+        idempotency_key: str | None = None,
+        max_open: int = DEFAULT_MAX_OPEN_CARTS,
+        key_ttl: timedelta = DEFAULT_IDEMPOTENCY_KEY_TTL,
+    ) -> str:
+        """Create an empty open cart and return its handle: one statement, safe in autocommit.
+
+        With ``idempotency_key``, the cart this principal created with the same key within ``key_ttl``
+        (and has not deleted) is returned instead of a new one, so a retried create makes one cart.
+
+        Raises:
+            Conflict: the principal already has ``max_open`` open carts, or too many creates raced.
+        """
+        params: dict[str, object] = {
+            **principal_params(principal),
+            "p_handle": new_handle(CART_PREFIX),
+            "p_key": idempotency_key,
+            "p_ttl": key_ttl,
+            "p_max_open": max_open,
+        }
+        for _ in range(_WRITE_ATTEMPTS):
+            reused, created, below_cap = (await self._conn.execute(_CREATE, params)).one()
+            if reused is not None:
+                return str(reused)
+            if created is not None:
+                return str(created)
+            if not below_cap:
+                raise Conflict(
+                    f"you already have {max_open} open carts, the most allowed; check out or delete one "
+                    "(cart_list shows them, cart_delete removes one) before creating another"
+                )
+            # Lost a race for the slot or the key (the next try sees the winner), or the key had expired.
+            if idempotency_key is not None:
+                await self._conn.execute(_FORGET_EXPIRED_KEY, params)
+        raise Conflict("too many carts are being created at once; call cart_list, then retry")
 
     async def view(self, principal: Principal, handle: str) -> CartView:
         """The cart with its lines, in one query.
@@ -291,9 +407,22 @@ class CartRepository:
                 "remove a line (quantity 0), or put the item in another cart with cart_create"
             )
 
-    async def list(self, principal: Principal) -> list[CartSummary]:
-        """The principal's carts, newest first, with line and item counts and totals."""
-        return [
+    async def list(
+        self, principal: Principal, *, limit: int = DEFAULT_PAGE_SIZE, after: Position | None = None
+    ) -> Page[CartSummary]:
+        """One page of the principal's carts, newest first, with line and item counts and totals.
+
+        ``after`` is the ``next`` position of the previous page. Each page is one statement whose cost
+        depends on ``limit``, not on how many carts this or any other principal has.
+        """
+        params: dict[str, object] = {**principal_params(principal), "p_limit": limit + 1}
+        if after is None:
+            result = await self._conn.execute(_LIST, params)
+        else:
+            result = await self._conn.execute(
+                _LIST_AFTER, {**params, "p_after_at": after.at, "p_after_handle": after.handle}
+            )
+        rows = [
             CartSummary(
                 handle=handle,
                 version=version,
@@ -304,19 +433,18 @@ class CartRepository:
                 currency=currency,
                 created_at=created_at,
             )
-            for handle, version, status, lines, items, total, currency, created_at in await self._conn.execute(
-                _LIST, principal_params(principal)
-            )
+            for handle, version, status, lines, items, total, currency, created_at in result
         ]
+        return page_of(rows, limit, lambda cart: Position(at=cart.created_at, handle=cart.handle))
 
-    async def delete(self, principal: Principal, handle: str) -> None:
-        """Delete the cart and its lines.
+    async def delete(self, principal: Principal, handle: str) -> bool:
+        """Delete the cart and its lines; tell whether this call deleted it.
 
-        Raises:
-            NotFound: the handle names no cart of this principal.
+        ``False`` means there is no such cart of this principal now: already deleted, never created, or
+        someone else's. These are deliberately indistinguishable, so a retried delete succeeds and a
+        foreign handle reveals nothing.
         """
         if not is_well_formed(handle, CART_PREFIX):
-            raise NotFound("cart", handle)
+            return False
         result = await self._conn.execute(_DELETE, {"p_handle": handle, **principal_params(principal)})
-        if result.scalar_one_or_none() is None:
-            raise NotFound("cart", handle)
+        return result.scalar_one_or_none() is not None

@@ -2,7 +2,7 @@
 
 from dataclasses import dataclass
 
-from sqlalchemy import func, or_, select
+from sqlalchemy import Text, and_, bindparam, func, literal, or_, select, text, union_all
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -21,18 +21,102 @@ class ProductRow:
     currency: str
 
 
+_SEARCH_TRGM_INDEX = "ix_product_search_trgm"
+
+
+@dataclass(frozen=True, slots=True)
+class SearchResult:
+    """Products found by :func:`search_products`; ``more`` tells that other products match too."""
+
+    products: list[ProductRow]
+    more: bool
+
+
 def _escape_like(term: str) -> str:
     return term.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
 
 
-async def search_products(conn: AsyncConnection, query: str, limit: int) -> list[ProductRow]:
-    """Products whose sku or name contains ``query`` (case-insensitive), ordered by sku."""
-    stmt = select(_product.c.sku, _product.c.name, _product.c.unit_price_cents, _product.c.currency)
-    if query:
-        pattern = f"%{_escape_like(query)}%"
-        stmt = stmt.where(or_(_product.c.sku.ilike(pattern, escape="\\"), _product.c.name.ilike(pattern, escape="\\")))
-    rows = await conn.execute(stmt.order_by(_product.c.sku).limit(limit))
-    return [ProductRow(*row) for row in rows]
+def _prefix_range(term: str) -> tuple[str, str] | None:
+    """``[lo, hi)`` in byte order holding exactly the strings that start with ``term`` (lower-cased)."""
+    lo = term.lower()
+    if not lo or ord(lo[-1]) >= 0x10FFFF:
+        return None
+    return lo, lo[:-1] + chr(ord(lo[-1]) + 1)
+
+
+_COLUMNS = (_product.c.sku, _product.c.name, _product.c.unit_price_cents, _product.c.currency)
+_SKU_C = _product.c.sku.collate("C")
+_IN_PREFIX = and_(bindparam("p_lo") <= _SKU_C, bindparam("p_hi") > _SKU_C)
+
+# The whole catalog in sku order: a walk of the primary key.
+_LIST_ALL = select(*_COLUMNS).order_by(_product.c.sku).limit(bindparam("p_limit"))
+
+# A search is two groups, each served by an index with bounded work, in one statement:
+#  1. skus starting with the query, in sku order: a range of ix_product_sku_prefix (sku COLLATE "C"),
+#     at most limit + 1 entries;
+#  2. the other products whose sku or name contains the query, in sku order, among the first limit + 1
+#     matches found: the trigram index finds rare terms, a short scan finds common ones. With at most
+#     `limit` matches that is all of them; with more, `more` is set and which ones come back is unspecified
+#     (ordering every match by sku would cost a heap visit and a sort per match, growing with the catalog).
+# Both are MATERIALIZED CTEs, so the planner cannot turn them into a walk of the sku order that filters
+# every row until it finds a match (the plan that read 999 993 rows for a rare word at 1 M products).
+# The outer LIMIT stops before group 2 runs at all when group 1 fills the page.
+_PREFIXED = (
+    select(*_COLUMNS)
+    .where(_IN_PREFIX)
+    .order_by(_SKU_C)
+    .limit(bindparam("p_limit"))
+    .cte("prefixed")
+    .prefix_with("MATERIALIZED")
+)
+_pattern = bindparam("p_pattern", type_=Text)
+_CONTAINED = (
+    select(*_COLUMNS)
+    .where(
+        or_(_product.c.sku.ilike(_pattern, escape="\\"), _product.c.name.ilike(_pattern, escape="\\")),
+        ~_IN_PREFIX,
+    )
+    .limit(bindparam("p_limit"))
+    .cte("contained")
+    .prefix_with("MATERIALIZED")
+)
+_first_contained = (
+    select(_CONTAINED.c.sku, _CONTAINED.c.name, _CONTAINED.c.unit_price_cents, _CONTAINED.c.currency)
+    .order_by(_CONTAINED.c.sku)
+    .limit(bindparam("p_limit"))
+    .subquery("first_contained")
+)
+_SEARCH = union_all(
+    select(literal(0).label("grp"), *_PREFIXED.c),
+    select(literal(1).label("grp"), *_first_contained.c),
+).limit(bindparam("p_limit"))
+
+
+async def search_products(conn: AsyncConnection, query: str, limit: int) -> SearchResult:
+    """Products whose sku or name contains ``query`` (case-insensitive): sku-prefix matches first.
+
+    Each group is in sku order. An empty query lists the catalog in sku order. The work is bounded by
+    ``limit`` whatever the size of the catalog: with at most ``limit`` matches you get all of them; with
+    more, ``more`` is set and which of them are returned is not specified beyond the sku-prefix ones
+    (narrow the query, or raise ``limit``).
+    """
+    if not query:
+        listed = (await conn.execute(_LIST_ALL, {"p_limit": limit + 1})).all()
+        return SearchResult(products=[ProductRow(*row) for row in listed[:limit]], more=len(listed) > limit)
+    lo, hi = _prefix_range(query) or ("", "")  # an empty range matches nothing
+    params = {"p_lo": lo, "p_hi": hi, "p_pattern": f"%{_escape_like(query)}%", "p_limit": limit + 1}
+    rows = sorted((await conn.execute(_SEARCH, params)).all(), key=lambda row: int(row[0]))  # stable: groups in order
+    products = [ProductRow(sku, name, price, currency) for _, sku, name, price, currency in rows[:limit]]
+    return SearchResult(products=products, more=len(rows) > limit)
+
+
+async def trigram_index_present(conn: AsyncConnection) -> bool:
+    """Tell whether the trigram index exists; without it (no pg_trgm) searches scan the catalog."""
+    found = await conn.execute(
+        text("SELECT EXISTS (SELECT FROM pg_indexes WHERE indexname = :name AND schemaname = current_schema())"),
+        {"name": _SEARCH_TRGM_INDEX},
+    )
+    return bool(found.scalar_one())
 
 
 async def upsert_products(conn: AsyncConnection, products: list[ProductRow]) -> int:

@@ -21,8 +21,9 @@ confirmation). The unique constraints back this up.
 
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
-from sqlalchemy import BigInteger, Integer, String, Text, bindparam, func, insert, select, true, update
+from sqlalchemy import BigInteger, Integer, Select, String, Text, bindparam, func, insert, select, true, tuple_, update
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -31,6 +32,7 @@ from store.errors import Conflict, InvalidInput, NotFound
 from store.handles import is_well_formed, new_handle
 from store.lines import PricedLine
 from store.models import Cart, CartItem, Order, OrderLine, Product, table_of
+from store.paging import DEFAULT_PAGE_SIZE, Page, Position, page_of
 from store.principal import Principal
 from store.scoping import owned_by, principal_params
 
@@ -253,22 +255,55 @@ _VIEW = (
     .order_by(_line.c.sku)
 )
 
-_LIST = (
+# One page of the principal's orders (keyset on the index (iss, sub, placed_at, handle)), then the line
+# counts of just those orders.
+_PAGE = (
     select(
+        _order.c.id,
         _order.c.handle,
         _order.c.cart_handle,
         _order.c.status,
-        func.count(_line.c.sku),
-        func.coalesce(func.sum(_line.c.quantity), 0),
         _order.c.total_cents,
         _order.c.currency,
         _order.c.placed_at,
     )
-    .select_from(_order.outerjoin(_line, _line.c.order_id == _order.c.id))
     .where(_OWNS_ORDER)
-    .group_by(_order.c.id)
-    .order_by(_order.c.placed_at.desc(), _order.c.id.desc())
+    .order_by(_order.c.placed_at.desc(), _order.c.handle.desc())
+    .limit(bindparam("p_limit"))
 )
+_PAGE_AFTER = _PAGE.where(
+    tuple_(_order.c.placed_at, _order.c.handle) < tuple_(bindparam("p_after_at"), bindparam("p_after_handle"))
+)
+
+
+def _list_of(page: Select[Any]) -> Select[Any]:
+    listed = page.cte("listed")
+    counts = (
+        select(
+            func.count(_line.c.sku).label("line_count"),
+            func.coalesce(func.sum(_line.c.quantity), 0).label("item_count"),
+        )
+        .where(_line.c.order_id == listed.c.id)
+        .lateral("counts")
+    )
+    return (
+        select(
+            listed.c.handle,
+            listed.c.cart_handle,
+            listed.c.status,
+            counts.c.line_count,
+            counts.c.item_count,
+            listed.c.total_cents,
+            listed.c.currency,
+            listed.c.placed_at,
+        )
+        .select_from(listed.join(counts, true()))
+        .order_by(listed.c.placed_at.desc(), listed.c.handle.desc())
+    )
+
+
+_LIST = _list_of(_PAGE)
+_LIST_AFTER = _list_of(_PAGE_AFTER)
 
 
 def _already_checked_out(order_handle: str | None) -> Conflict:
@@ -439,9 +474,21 @@ class OrderRepository:
             placed_at=placed_at,
         )
 
-    async def list(self, principal: Principal) -> list[OrderSummary]:
-        """The principal's orders, newest first, with line and item counts. One query."""
-        return [
+    async def list(
+        self, principal: Principal, *, limit: int = DEFAULT_PAGE_SIZE, after: Position | None = None
+    ) -> Page[OrderSummary]:
+        """One page of the principal's orders, newest first, with line and item counts. One query.
+
+        ``after`` is the ``next`` position of the previous page; the cost depends on ``limit`` only.
+        """
+        params: dict[str, object] = {**principal_params(principal), "p_limit": limit + 1}
+        if after is None:
+            result = await self._conn.execute(_LIST, params)
+        else:
+            result = await self._conn.execute(
+                _LIST_AFTER, {**params, "p_after_at": after.at, "p_after_handle": after.handle}
+            )
+        rows = [
             OrderSummary(
                 handle=handle,
                 cart_handle=cart_handle,
@@ -452,10 +499,9 @@ class OrderRepository:
                 currency=currency,
                 placed_at=placed_at,
             )
-            for handle, cart_handle, status, lines, items, total, currency, placed_at in await self._conn.execute(
-                _LIST, principal_params(principal)
-            )
+            for handle, cart_handle, status, lines, items, total, currency, placed_at in result
         ]
+        return page_of(rows, limit, lambda order: Position(at=order.placed_at, handle=order.handle))
 
 
 def _check_nonce(nonce: str) -> None:

@@ -25,9 +25,12 @@ class ProductOut(BaseModel):
 
 
 class CatalogSearchOut(BaseModel):
-    """Products matching a search."""
+    """Products matching a search: sku-prefix matches first, each group in sku order."""
 
     products: list[ProductOut]
+    more: bool = Field(
+        default=False, description="Other products match too: raise limit (up to 100) or narrow the query"
+    )
 
 
 class CartCreated(BaseModel):
@@ -105,16 +108,22 @@ class CartSummaryOut(BaseModel):
 
 
 class CartListOut(BaseModel):
-    """The caller's carts, newest first."""
+    """One page of the caller's carts, newest first."""
 
     carts: list[CartSummaryOut]
+    next_cursor: str | None = Field(
+        default=None, description="Pass as cursor to get the next (older) page; null on the last page"
+    )
 
 
 class CartDeleted(BaseModel):
-    """Confirmation that a cart is gone."""
+    """The cart is gone; ``deleted`` tells whether this call removed it."""
 
     cart_id: str
-    deleted: bool
+    deleted: bool = Field(
+        description="true: this call deleted the cart; false: you have no such cart (already deleted, "
+        "or never yours), so there was nothing to delete"
+    )
 
 
 class CheckoutOut(BaseModel):
@@ -183,6 +192,9 @@ class OrderSummaryOut(BaseModel):
 
 
 class OrderListOut(BaseModel):
-    """The caller's orders, newest first."""
+    """One page of the caller's orders, newest first."""
 
     orders: list[OrderSummaryOut]
+    next_cursor: str | None = Field(
+        default=None, description="Pass as cursor to get the next (older) page; null on the last page"
+    )

@@ -1,5 +1,6 @@
 """Build the SDK's ``MCPServer`` with Coatcheck's auth, request-state protection and tools."""
 
+from datetime import timedelta
 from typing import Literal, cast
 
 from mcp.server.auth.settings import AuthSettings
@@ -8,6 +9,7 @@ from mcp.server.mcpserver import MCPServer, RequestStateSecurity
 from api.auth import JwtVerifier
 from api.mcp import sdk_hooks
 from api.mcp.capabilities import AdvertisedCapabilities
+from api.mcp.cursors import CursorSigner
 from api.mcp.tools_carts import register_cart_tools
 from api.mcp.tools_connections import register_connection_tools
 from api.mcp.tools_orders import register_order_tools
@@ -51,8 +53,16 @@ def build_mcp_server(
     )
     advertised.bind(mcp)
     sdk_hooks.install(mcp)  # skip the SDK's no-op spans and empty Mcp-Param checks (api/mcp/sdk_hooks.py)
-    register_cart_tools(mcp, database, max_cart_lines=settings.max_cart_lines)
-    register_order_tools(mcp, database)
+    cursors = CursorSigner(settings.state_key_ring)
+    register_cart_tools(
+        mcp,
+        database,
+        cursors=cursors,
+        max_cart_lines=settings.max_cart_lines,
+        max_open_carts=settings.max_open_carts,
+        idempotency_key_ttl=timedelta(seconds=settings.idempotency_key_ttl_seconds),
+    )
+    register_order_tools(mcp, database, cursors=cursors)
     if connections is not None:
         register_connection_tools(mcp, connections)
     return mcp

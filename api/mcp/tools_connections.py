@@ -16,6 +16,7 @@ from typing import Annotated, Any, Literal
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import (
+    CallToolResult,
     ElicitRequest,
     ElicitRequestURLParams,
     ElicitResult,
@@ -25,6 +26,8 @@ from mcp.types import (
 from pydantic import BaseModel, Field
 
 from api.auth import current_principal
+from api.mcp.arguments import NO_CONTROL_CHARACTERS
+from api.mcp.results import compact
 from api.mcp.rounds import dump_state, load_state, require_elicitation, require_multi_round_trip
 from api.oauth.client import OAuthFailure, Unauthorized
 from api.oauth.providers import ProviderConfig, ProviderUnavailable
@@ -39,7 +42,12 @@ logger = logging.getLogger(__name__)
 _STATE_KIND = "connect.v1"
 
 ProviderName = Annotated[
-    str, Field(description="A configured provider name, as listed by connection_list (e.g. 'demo')", max_length=64)
+    str,
+    Field(
+        description="A configured provider name, as listed by connection_list (e.g. 'demo')",
+        max_length=64,
+        pattern=NO_CONTROL_CHARACTERS,
+    ),
 ]
 
 
@@ -170,7 +178,7 @@ def register_connection_tools(mcp: MCPServer, connections: Connections) -> None:
         "when the current access token expires. Tokens are kept by the server and never shown.",
         annotations=ToolAnnotations(read_only_hint=True, idempotent_hint=True, open_world_hint=False),
     )
-    async def connection_list() -> ConnectionListOut:
+    async def connection_list() -> Annotated[CallToolResult, ConnectionListOut]:
         principal = current_principal()
         rows = {info.provider: info for info in await connections.list(principal)}
         out = []
@@ -192,7 +200,7 @@ def register_connection_tools(mcp: MCPServer, connections: Connections) -> None:
                         expires_at=info.expires_at,
                     )
                 )
-        return ConnectionListOut(connections=out)
+        return compact(ConnectionListOut(connections=out))
 
     @mcp.tool(
         name="connection_whoami",
@@ -202,7 +210,9 @@ def register_connection_tools(mcp: MCPServer, connections: Connections) -> None:
         "with URL elicitation to connect.",
         annotations=ToolAnnotations(read_only_hint=True, idempotent_hint=True, open_world_hint=True),
     )
-    async def connection_whoami(provider: ProviderName, ctx: Context) -> WhoamiOut | InputRequiredResult:
+    async def connection_whoami(
+        provider: ProviderName, ctx: Context
+    ) -> Annotated[CallToolResult, WhoamiOut] | InputRequiredResult:
         config = configured(provider)
         principal = current_principal()
         state = ConnectState.load(ctx.request_state, config.name)
@@ -233,7 +243,7 @@ def register_connection_tools(mcp: MCPServer, connections: Connections) -> None:
             except OAuthFailure as exc:
                 raise ToolError(f"{config.label} did not return your profile ({exc.error}); try again later.") from None
             else:
-                return WhoamiOut(provider=config.name, profile=profile)
+                return compact(WhoamiOut(provider=config.name, profile=profile))
         require_multi_round_trip(
             ctx,
             tool="connection_whoami",
@@ -253,7 +263,7 @@ def register_connection_tools(mcp: MCPServer, connections: Connections) -> None:
             read_only_hint=False, destructive_hint=True, idempotent_hint=True, open_world_hint=True
         ),
     )
-    async def connection_disconnect(provider: ProviderName) -> DisconnectOut:
+    async def connection_disconnect(provider: ProviderName) -> Annotated[CallToolResult, DisconnectOut]:
         config = configured(provider)
         principal = current_principal()
         try:
@@ -264,6 +274,8 @@ def register_connection_tools(mcp: MCPServer, connections: Connections) -> None:
                 f"The stored {config.label} credentials cannot be read, so they were not revoked; "
                 "check the server's TOKEN_ENCRYPTION_KEYS."
             ) from None
-        return DisconnectOut(
-            provider=config.name, was_connected=outcome.was_connected, upstream_revocation=outcome.revocation
+        return compact(
+            DisconnectOut(
+                provider=config.name, was_connected=outcome.was_connected, upstream_revocation=outcome.revocation
+            )
         )

@@ -37,11 +37,15 @@ from mcp.types import (
 from pydantic import Field
 
 from api.auth import current_principal
+from api.mcp.arguments import CartId, Cursor, OrderId
+from api.mcp.cursors import CursorSigner
 from api.mcp.errors import tool_errors
+from api.mcp.results import compact
 from api.mcp.rounds import dump_state, load_state, require_elicitation, require_multi_round_trip
 from api.mcp.schemas import CheckoutOut, OrderListOut, OrderOut, OrderSummaryOut
 from store.db import Database
 from store.orders import MAX_NONCE_LENGTH, CheckoutQuote, OrderReceipt, OrderRepository
+from store.paging import DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE
 
 logger = logging.getLogger(__name__)
 
@@ -60,9 +64,6 @@ CONFIRM_SCHEMA: dict[str, Any] = {
     },
     "required": [CONFIRM_KEY],
 }
-
-CartId = Annotated[str, Field(description="A cart handle returned by cart_create (cart_…)", max_length=200)]
-OrderId = Annotated[str, Field(description="An order handle returned by cart_checkout (ord_…)", max_length=200)]
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,7 +170,7 @@ def _cancelled(quote: CheckoutQuote) -> CallToolResult:
     )
 
 
-def register_order_tools(mcp: MCPServer, database: Database) -> None:
+def register_order_tools(mcp: MCPServer, database: Database, *, cursors: CursorSigner) -> None:
     """Register ``cart_checkout``, ``order_view`` and ``order_list`` on ``mcp``."""
 
     @mcp.tool(
@@ -225,20 +226,30 @@ def register_order_tools(mcp: MCPServer, database: Database) -> None:
         annotations=ToolAnnotations(read_only_hint=True, idempotent_hint=True, open_world_hint=False),
     )
     @tool_errors
-    async def order_view(order_id: OrderId) -> OrderOut:
+    async def order_view(order_id: OrderId) -> Annotated[CallToolResult, OrderOut]:
         principal = current_principal()
         async with database.one_statement() as conn:
             order = await OrderRepository(conn).view(principal, order_id)
-        return OrderOut.of(order)
+        return compact(OrderOut.of(order))
 
     @mcp.tool(
         name="order_list",
-        description="List your orders, newest first, with line and item counts and totals.",
+        description=f"List your orders, newest first, with line and item counts and totals; {DEFAULT_PAGE_SIZE} "
+        "per page by default. Pass next_cursor back as cursor for the next page (null: no more).",
         annotations=ToolAnnotations(read_only_hint=True, idempotent_hint=True, open_world_hint=False),
     )
     @tool_errors
-    async def order_list() -> OrderListOut:
+    async def order_list(
+        limit: Annotated[int, Field(ge=1, le=MAX_PAGE_SIZE, description=f"1..{MAX_PAGE_SIZE} items per page")] = (
+            DEFAULT_PAGE_SIZE
+        ),
+        cursor: Cursor | None = None,
+    ) -> Annotated[CallToolResult, OrderListOut]:
         principal = current_principal()
+        after = None if cursor is None else cursors.open("order_list", principal, cursor)
         async with database.one_statement() as conn:
-            orders = await OrderRepository(conn).list(principal)
-        return OrderListOut(orders=[OrderSummaryOut.of(order) for order in orders])
+            page = await OrderRepository(conn).list(principal, limit=limit, after=after)
+        next_cursor = None if page.next is None else cursors.seal("order_list", principal, page.next)
+        return compact(
+            OrderListOut(orders=[OrderSummaryOut.of(order) for order in page.items], next_cursor=next_cursor)
+        )

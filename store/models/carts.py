@@ -12,6 +12,7 @@ from sqlalchemy import (
     String,
     Text,
     func,
+    text,
 )
 from sqlalchemy.orm import Mapped, mapped_column
 
@@ -25,6 +26,18 @@ class Product(Base):
     __table_args__ = (
         CheckConstraint("unit_price_cents >= 0", name="price_not_negative"),
         CheckConstraint("currency ~ '^[A-Z]{3}$'", name="currency_iso"),
+        # sku prefixes as a range scan whatever the database collation (store/catalog.py). The migration
+        # creates it on (sku COLLATE "C"); reflection does not report index collations, so none is spelled here.
+        Index("ix_product_sku_prefix", "sku"),
+        # Substring search; needs pg_trgm, which the migration installs when the server offers it.
+        Index(
+            "ix_product_search_trgm",
+            "sku",
+            "name",
+            postgresql_using="gin",
+            postgresql_ops={"sku": "gin_trgm_ops", "name": "gin_trgm_ops"},
+            info={"requires_extension": "pg_trgm"},  # absent where the server has no pg_trgm (tests skip it then)
+        ),
     )
 
     sku: Mapped[str] = mapped_column(String(64), primary_key=True)
@@ -40,8 +53,26 @@ class Cart(Base):
     __table_args__ = (
         CheckConstraint("status IN ('open', 'checked_out')", name="status_known"),
         CheckConstraint("version >= 1", name="version_positive"),
-        Index("ix_cart_principal", "principal_iss", "principal_sub", "created_at"),
+        # cart_list pages: keyset (created_at, handle) under the principal (store/paging.py).
+        Index("ix_cart_principal_page", "principal_iss", "principal_sub", "created_at", "handle"),
         Index("ix_cart_updated_at", "updated_at"),  # the retention purge
+        # MAX_OPEN_CARTS: each open cart holds one numbered slot of its owner (store/carts.py, cart_create).
+        Index(
+            "uq_cart_open_slot",
+            "principal_iss",
+            "principal_sub",
+            "open_slot",
+            unique=True,
+            postgresql_where=text("status = 'open'"),
+        ),
+        Index(
+            "uq_cart_idempotency_key",
+            "principal_iss",
+            "principal_sub",
+            "idempotency_key",
+            unique=True,
+            postgresql_where=text("idempotency_key IS NOT NULL"),
+        ),
     )
 
     id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
@@ -52,6 +83,10 @@ class Cart(Base):
     version: Mapped[int] = mapped_column(Integer, server_default="1")
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    # The client-chosen key of the cart_create that made this cart; honoured for IDEMPOTENCY_KEY_TTL_SECONDS.
+    idempotency_key: Mapped[str | None] = mapped_column(String(100))
+    # 1..MAX_OPEN_CARTS while the cart is open; unique among the owner's open carts.
+    open_slot: Mapped[int | None] = mapped_column(Integer)
 
 
 class CartItem(Base):

@@ -35,7 +35,8 @@ class Order(Base):
         CheckConstraint("total_cents >= 0", name="total_not_negative"),
         CheckConstraint("currency ~ '^[A-Z]{3}$'", name="currency_iso"),
         UniqueConstraint("principal_iss", "principal_sub", "checkout_nonce", name="uq_orders_checkout_nonce"),
-        Index("ix_orders_principal", "principal_iss", "principal_sub", "placed_at"),
+        # order_list pages: keyset (placed_at, handle) under the principal (store/paging.py).
+        Index("ix_orders_principal_page", "principal_iss", "principal_sub", "placed_at", "handle"),
     )
 
     id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)

@@ -137,7 +137,7 @@ def test_a_host_outside_the_allow_list_is_refused(http: httpx.Client, server: Ru
 
 def test_health_and_readiness(http: httpx.Client, server: RunningServer) -> None:
     assert http.get(f"{server.base_url}/healthz").json() == {"status": "ok"}
-    assert http.get(f"{server.base_url}/readyz").json() == {"status": "ready"}
+    assert http.get(f"{server.base_url}/readyz").json() == {"status": "ready", "catalog_search": "indexed"}
 
 
 async def test_bearer_tokens_and_secrets_never_reach_the_server_log(

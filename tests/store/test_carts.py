@@ -111,13 +111,13 @@ async def test_another_principals_handle_behaves_exactly_like_a_made_up_one(
             for call in (
                 carts.view(bob, handle),
                 carts.set_item(bob, handle, "hat-beanie", 1),
-                carts.delete(bob, handle),
             ):
                 with pytest.raises(NotFound) as caught:
                     await call
                 assert (caught.value.kind, caught.value.handle) == ("cart", handle)
+            assert await carts.delete(bob, handle) is False  # "nothing of yours to delete", for each of them
     async with database.transaction() as conn:
-        assert await CartRepository(conn).list(bob) == []
+        assert (await CartRepository(conn).list(bob)).items == []
         cart = await CartRepository(conn).view(alice, alices_cart)
     assert (cart.version, cart.items) == (1, [])
 
@@ -144,25 +144,28 @@ async def test_list_shows_only_own_carts_newest_first_with_counts_and_totals(
         carts = CartRepository(conn)
         await carts.set_item(owner, older, "hat-beanie", 2)
         await carts.set_item(owner, older, "brush-lint", 1)
-        listed = await carts.list(owner)
+        page = await carts.list(owner)
+    listed = page.items
+    assert page.next is None
     assert [c.handle for c in listed] == [newer, older]
     summary = listed[1]
     assert (summary.line_count, summary.item_count, summary.total_cents, summary.currency) == (2, 3, 4300, "USD")
     assert (listed[0].line_count, listed[0].total_cents, listed[0].currency) == (0, 0, None)
 
 
-async def test_delete_removes_the_cart_and_a_second_delete_is_not_found(
+async def test_delete_removes_the_cart_and_a_second_delete_reports_nothing_deleted(
     database: Database, new_principal: Callable[[], Principal]
 ) -> None:
     owner = new_principal()
     handle = await _new_cart(database, owner)
     async with database.transaction() as conn:
         await CartRepository(conn).set_item(owner, handle, "hat-beanie", 1)
-        await CartRepository(conn).delete(owner, handle)
+        assert await CartRepository(conn).delete(owner, handle) is True
     async with database.transaction() as conn:
+        assert await CartRepository(conn).delete(owner, handle) is False
+        assert (await CartRepository(conn).list(owner)).items == []
         with pytest.raises(NotFound):
-            await CartRepository(conn).delete(owner, handle)
-        assert await CartRepository(conn).list(owner) == []
+            await CartRepository(conn).view(owner, handle)
 
 
 async def test_concurrent_writers_with_the_same_expected_version_let_exactly_one_win(

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
-from sqlalchemy import inspect
+from sqlalchemy import inspect, text
 from sqlalchemy.engine import Connection, make_url
 from sqlalchemy.ext.asyncio import create_async_engine
 
@@ -40,7 +40,21 @@ def _inspect(url: str, fn: "type[object] | object") -> object:
 
 def _diff(conn: Connection) -> list[object]:
     context = MigrationContext.configure(conn, opts={"compare_type": True, "compare_server_default": True})
-    return list(compare_metadata(context, Base.metadata))
+    installed = set(conn.execute(text("SELECT extname FROM pg_extension")).scalars())
+    needs = {
+        index.name: index.info["requires_extension"]
+        for table in Base.metadata.tables.values()
+        for index in table.indexes
+        if "requires_extension" in index.info
+    }
+
+    def expected(change: object) -> bool:
+        # An index that needs an extension the server lacks is skipped by the migration on purpose.
+        if isinstance(change, tuple) and change[0] == "add_index" and change[1].name in needs:
+            return needs[change[1].name] in installed
+        return True
+
+    return [change for change in compare_metadata(context, Base.metadata) if expected(change)]
 
 
 def _tables(conn: Connection) -> set[str]:

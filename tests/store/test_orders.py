@@ -263,7 +263,7 @@ async def test_another_principals_cart_or_order_behaves_exactly_like_a_made_up_o
     with pytest.raises(NotFound):
         await _place(database, bob, quote, alices_nonce)
     async with database.transaction() as conn:
-        assert await OrderRepository(conn).list(bob) == []
+        assert (await OrderRepository(conn).list(bob)).items == []
         assert await OrderRepository(conn).placed_with(bob, alices_nonce) is None
     assert await _order_rows(database, alices_cart) == 1
 
@@ -282,7 +282,7 @@ async def test_list_shows_only_own_orders_newest_first_with_counts(
     await _place(database, other, await _quote(database, other, foreign), _nonce())
 
     async with database.transaction() as conn:
-        listed = await OrderRepository(conn).list(owner)
+        listed = (await OrderRepository(conn).list(owner)).items
     assert [o.handle for o in listed] == [receipts[1].handle, receipts[0].handle]
     assert [(o.line_count, o.item_count, o.total_cents, o.currency) for o in listed] == [
         (1, 1, 7900, "USD"),

@@ -2,8 +2,10 @@
 
 - ``floor_app``: a bare Litestar endpoint running the same cart query as ``cart_view`` (no MCP): the floor.
 - ``sdk_app``: the stock ``mcp`` streamable-HTTP app (stateless, no auth) with a tool running that query.
+- ``fastmcp_app``: FastMCP (the ``bench`` extra, pinned in constraints.txt) with the same tool, stateless, no auth.
 
-Both read ``BENCH_DSN`` (an asyncpg DSN) and open one pool in their lifespan.
+All read ``BENCH_DSN`` (an asyncpg DSN) and open one pool (up to 10 connections, as Coatcheck's default
+``DB_POOL_SIZE``) in their lifespan; ``BENCH_JSON=1`` selects plain JSON responses.
 """
 
 import contextlib

@@ -10,7 +10,7 @@ COPY pyproject.toml constraints.txt README.md ./
 COPY store/__init__.py store/__init__.py
 COPY api/__init__.py api/__init__.py
 COPY migrations/__init__.py migrations/__init__.py
-RUN pip install -c constraints.txt .
+RUN pip install -c constraints.txt '.[otlp]'
 
 # Then the package itself, replacing the skeleton.
 COPY store store

@@ -13,18 +13,24 @@ from typing import Any, cast
 
 import httpx2
 from litestar import Litestar, Request, Response, get, route
-from litestar.handlers import asgi
+from litestar.handlers import BaseRouteHandler, asgi
 from litestar.types import Receive, Scope, Send
 from mcp.server.mcpserver import MCPServer
+from opentelemetry.trace import TracerProvider
+from prometheus_client import CONTENT_TYPE_LATEST
 
 from api.auth import IssuerMetadata, JwksCache, JwtVerifier
 from api.commands.purge import RetentionPolicy, purge_periodically
+from api.logs import install_access_log_redaction, principal_digest_key
 from api.mcp.endpoint import McpEndpoint, transport_security
+from api.mcp.observer import ToolCallObserver
 from api.mcp.server import build_mcp_server
-from api.oauth.routes import install_access_log_redaction
+from api.metrics import Metrics
 from api.oauth.setup import build_browser_routes, build_connections
+from api.request_id import request_id_middleware
 from api.search_health import SearchHealth
 from api.settings import Settings
+from api.tracing import trace_statements
 from store.db import Database
 
 logger = logging.getLogger(__name__)
@@ -70,15 +76,21 @@ def create_app(
     database: Database | None = None,
     configure_mcp: Callable[[MCPServer], None] | None = None,
     purge_every: timedelta | None = None,
+    tracer_provider: TracerProvider | None = None,
 ) -> Litestar:
     """Build the Litestar app with the MCP endpoint, OAuth metadata and health routes.
 
     ``database`` lets a caller share an engine it owns (it is then not disposed here);
     ``configure_mcp`` may register more tools before the server starts; ``purge_every`` runs the
-    retention purge in the background at that interval while the app is up.
+    retention purge in the background at that interval while the app is up; ``tracer_provider``
+    (from :func:`api.tracing.configure_tracing`) adds a span per database statement.
     """
     owns_database = database is None
     db = database or database_from(settings)
+    # Observability: a registry of this app's own (none at import time); spans only when tracing is on.
+    metrics = Metrics(db.engine) if settings.metrics_enabled else None
+    if tracer_provider is not None:
+        trace_statements(db.engine, tracer_provider)
     http = httpx2.AsyncClient(timeout=httpx2.Timeout(10.0), follow_redirects=False)
     issuer = IssuerMetadata(settings.oidc_issuer, http, internal_url=settings.oidc_issuer_internal_url)
     jwks = JwksCache(issuer, http, ttl=settings.jwks_cache_seconds)
@@ -86,8 +98,13 @@ def create_app(
         issuer=settings.oidc_issuer, resource=settings.mcp_resource_url, jwks=jwks, leeway=settings.jwt_leeway_seconds
     )
     # Connections: the token vault's cipher, the provider registry, and the /connect + /oauth browser routes.
-    connections = build_connections(settings, db, http)
+    connections = build_connections(
+        settings, db, http, record_refresh=metrics.record_refresh if metrics is not None else None
+    )
     mcp = build_mcp_server(settings, db, verifier, connections=connections)
+    mcp.middleware.append(
+        ToolCallObserver(mcp, digest_key=principal_digest_key(settings.token_key_ring), metrics=metrics)
+    )
     if configure_mcp is not None:
         configure_mcp(mcp)
     mcp_asgi = mcp.streamable_http_app(
@@ -101,6 +118,7 @@ def create_app(
         mcp_asgi,  # type: ignore[arg-type]  # a Starlette app is an ASGI app
         body_limit=settings.max_request_body_bytes,
         reject_legacy=settings.legacy_clients == "reject",
+        resource_metadata_url=f"{settings.public_url}/.well-known/oauth-protected-resource/mcp",
         cors_origins=frozenset(settings.cors_allowed_origins),
     )
 
@@ -138,6 +156,15 @@ def create_app(
             return Response(body, status_code=200)
         return Response({"status": "database unreachable"}, status_code=503)
 
+    observability: list[BaseRouteHandler] = []
+    if metrics is not None:
+
+        @get("/metrics", sync_to_thread=False, include_in_schema=False)
+        def metrics_endpoint() -> Response[bytes]:
+            return Response(metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
+
+        observability.append(metrics_endpoint)
+
     @asynccontextmanager
     async def lifespan(_: Litestar) -> AsyncIterator[None]:
         install_access_log_redaction()  # after the server configured logging: no codes in access lines
@@ -145,7 +172,13 @@ def create_app(
         if purge_every is not None:
             # A background task on the app's pool: one short statement at a time, never in a request's way.
             purger = asyncio.create_task(
-                purge_periodically(db, RetentionPolicy.from_settings(settings), purge_every), name="coatcheck-purge"
+                purge_periodically(
+                    db,
+                    RetentionPolicy.from_settings(settings),
+                    purge_every,
+                    on_purged=metrics.record_purged if metrics is not None else None,
+                ),
+                name="coatcheck-purge",
             )
         try:
             async with mcp.session_manager.run():
@@ -166,7 +199,12 @@ def create_app(
             healthz,
             readyz,
             *build_browser_routes(settings, connections, issuer, jwks),
+            *observability,
         ],
         lifespan=[lifespan],
+        middleware=[request_id_middleware],
+        # Litestar's default logging config would reset the root logger to INFO with a format of its own;
+        # api.logs configures every logger for the process instead.
+        logging_config=None,
         openapi_config=None,
     )

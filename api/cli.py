@@ -42,39 +42,79 @@ def _database_url_only() -> str:
 
 
 def configure_logging(settings: Settings) -> None:
-    """Root logging for the server process (a no-op if something configured it already)."""
-    logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    """Root logging for the server process: one handler, ``LOG_FORMAT``, ``LOG_LEVEL`` for every logger."""
+    from api.logs import configure_logging as configure
+
+    configure(settings.log_level, settings.log_format)
+
+
+def _exit_after_sigterm(signum: int, frame: object) -> None:
+    # uvicorn restores the handler it found, then re-raises the SIGTERM it handled: landing here means the
+    # shutdown it ran has finished, so the process ends normally (exit status 0, not -15). Outside uvicorn's
+    # own handling (the instant before it starts) a SIGTERM also just ends the process.
+    del signum, frame
+    raise SystemExit(0)
 
 
 def run_http_server(app: "Litestar", settings: Settings, *, host: str, port: int) -> None:
     """Serve ``app`` with uvicorn the way production does (also used by the test-only conformance profile).
 
     On SIGTERM uvicorn stops accepting, lets in-flight requests run for up to
-    ``SHUTDOWN_TIMEOUT_SECONDS``, then cancels them and runs the app's shutdown.
+    ``SHUTDOWN_TIMEOUT_SECONDS``, then cancels them and runs the app's shutdown; the process then exits 0.
+    Slow clients are cut off by :mod:`api.http_guard`; ``MAX_CONNECTIONS`` caps open connections plus
+    requests in progress (beyond it, requests get 503).
     """
+    import signal
+
     import uvicorn
 
     from api.gc_policy import freeze_startup_objects
+    from api.http_guard import guarded_protocol
 
     configure_logging(settings)
     freeze_startup_objects()  # keeps start-up objects out of every GC pass (the p99; see api/gc_policy.py)
-    uvicorn.run(
+    config = uvicorn.Config(
         app,
         host=host,
         port=port,
+        http=guarded_protocol(
+            header_timeout=settings.header_read_timeout_seconds,
+            body_timeout=settings.body_read_timeout_seconds,
+            max_header_bytes=settings.max_request_header_bytes,
+        ),
+        log_config=None,  # configure_logging owns every handler and format
         log_level=settings.log_level.lower(),
         timeout_graceful_shutdown=settings.shutdown_timeout_seconds,
-        proxy_headers=False,
+        timeout_keep_alive=settings.keep_alive_timeout_seconds,
+        limit_concurrency=settings.max_connections,
+        proxy_headers=bool(settings.forwarded_allow_ips),
+        forwarded_allow_ips=settings.forwarded_allow_ips or None,
         server_header=False,
     )
+    server = uvicorn.Server(config)
+    signal.signal(signal.SIGTERM, _exit_after_sigterm)
+    server.run()
+    if not server.started:
+        raise SystemExit(3)  # uvicorn's own start-up failure status (port in use, lifespan failed)
 
 
 def _serve(args: argparse.Namespace) -> None:
     from api.app import create_app
+    from api.tracing import TracingConfigError, configure_tracing
 
     settings = _settings()
     configure_logging(settings)
-    run_http_server(create_app(settings, purge_every=args.purge_every), settings, host=args.host, port=args.port)
+    try:
+        tracer_provider = configure_tracing()
+    except TracingConfigError as exc:
+        print(f"coatcheck: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+    app = create_app(settings, purge_every=args.purge_every, tracer_provider=tracer_provider)
+    try:
+        run_http_server(app, settings, host=args.host, port=args.port)
+    finally:
+        if tracer_provider is not None:
+            tracer_provider.shutdown()  # flush the spans still queued for export
 
 
 def _migrate(_: argparse.Namespace) -> None:

@@ -4,6 +4,7 @@ Secrets have no defaults. A missing or weak secret stops start-up with a message
 naming the variable; every other setting has a safe default or is derived.
 """
 
+import ipaddress
 import os
 from functools import cached_property
 from typing import Annotated, Literal
@@ -13,11 +14,13 @@ from pydantic import Field, SecretStr, ValidationError, ValidationInfo, field_va
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from api.oauth.providers import load_providers
+from api.secret_strength import MIN_SECRET_BITS, estimated_entropy_bits
 from store.db import async_database_url
 
 MIN_SECRET_BYTES = 32
 _MIN_DISTINCT_CHARS = 10
 _PLACEHOLDERS = ("change", "secret", "example", "xxxx", "0000", "password")
+_GENERATE_HINT = "generate one with `python -c 'import secrets; print(secrets.token_urlsafe(32))'`"
 
 
 def _split_csv(value: object) -> object:
@@ -26,8 +29,27 @@ def _split_csv(value: object) -> object:
     return value
 
 
+def check_secret_strength(name: str, secret: str) -> None:
+    """Refuse a secret a person could guess: placeholders, repeated or sequential patterns, words.
+
+    Raises:
+        ValueError: naming ``name`` (which may say which key of a ring) and why, never the value.
+    """
+    if len(set(secret)) < _MIN_DISTINCT_CHARS or any(word in secret.lower() for word in _PLACEHOLDERS):
+        raise ValueError(f"{name} looks like a placeholder; {_GENERATE_HINT}")
+    bits = estimated_entropy_bits(secret)
+    if bits < MIN_SECRET_BITS:
+        raise ValueError(
+            f"{name} is too guessable (about {bits:.0f} bits of estimated entropy, {MIN_SECRET_BITS} needed; "
+            f"repeats, sequences and words count for little); {_GENERATE_HINT}"
+        )
+
+
 def check_secret_ring(name: str, raw: str) -> list[bytes]:
     """Split a comma-separated key ring and refuse weak entries.
+
+    Each key needs at least 32 bytes and about 128 bits of estimated entropy
+    (:func:`api.secret_strength.estimated_entropy_bits`).
 
     Raises:
         ValueError: naming ``name`` and the position of the weak key (never its value).
@@ -38,18 +60,27 @@ def check_secret_ring(name: str, raw: str) -> list[bytes]:
     ring: list[bytes] = []
     for position, key in enumerate(keys, start=1):
         encoded = key.encode()
-        lowered = key.lower()
         if len(encoded) < MIN_SECRET_BYTES:
             raise ValueError(f"{name}: key #{position} is shorter than {MIN_SECRET_BYTES} bytes")
-        if len(set(key)) < _MIN_DISTINCT_CHARS or any(word in lowered for word in _PLACEHOLDERS):
-            raise ValueError(
-                f"{name}: key #{position} looks like a placeholder; generate one with "
-                "`python -c 'import secrets; print(secrets.token_urlsafe(32))'`"
-            )
+        check_secret_strength(f"{name}: key #{position}", key)
         ring.append(encoded)
     if len(set(ring)) != len(ring):
         raise ValueError(f"{name} lists the same key twice")
     return ring
+
+
+def check_rings_disjoint(state_ring: list[bytes], token_ring: list[bytes]) -> None:
+    """Refuse a key that is in both rings: a leak of one must not open the other.
+
+    Raises:
+        ValueError: naming both variables and the positions, never the key.
+    """
+    for position, key in enumerate(token_ring, start=1):
+        if key in state_ring:
+            raise ValueError(
+                f"TOKEN_ENCRYPTION_KEYS: key #{position} is also REQUEST_STATE_KEYS key "
+                f"#{state_ring.index(key) + 1}; each ring needs keys of its own"
+            )
 
 
 def _normalise_base_url(name: str, value: str) -> str:
@@ -146,7 +177,15 @@ class Settings(BaseSettings):
     )
     readyz_timeout_seconds: float = Field(default=2.0, gt=0)
     mcp_json_response: bool = False
-    log_level: str = "INFO"
+    log_level: str = Field(default="INFO", description="Level of every logger (uvicorn, Litestar, mcp, httpx2, ours).")
+    log_format: Literal["text", "json"] = Field(
+        default="text",
+        description="text: one readable line per record; json: one JSON object per line with request_id, "
+        "tool, outcome, duration_ms and principal (a keyed digest, never the subject) where they apply.",
+    )
+    metrics_enabled: bool = Field(
+        default=False, description="Serve Prometheus metrics at /metrics (no tokens or identities in labels)."
+    )
     legacy_clients: Literal["serve", "reject"] = Field(
         default="serve",
         description="serve: answer 2025-11-25 (initialize handshake) clients statelessly on /mcp; "
@@ -200,10 +239,60 @@ class Settings(BaseSettings):
         description="On SIGTERM, how long in-flight requests may run before they are cancelled.",
     )
 
-    @field_validator("allowed_hosts", "allowed_origins", "cors_allowed_origins", mode="before")
+    header_read_timeout_seconds: float = Field(
+        default=10.0,
+        gt=0,
+        le=300,
+        description="A request's line and headers must arrive within this time (slow clients get 408).",
+    )
+    body_read_timeout_seconds: float = Field(
+        default=30.0,
+        gt=0,
+        le=600,
+        description="A request's body must arrive within this time after its headers (else 408).",
+    )
+    max_request_header_bytes: int = Field(
+        default=64 * 1024, ge=4096, le=1024 * 1024, description="Largest request line plus headers (else 431)."
+    )
+    keep_alive_timeout_seconds: int = Field(
+        default=5, gt=0, le=300, description="Close a kept-alive connection idle for this long."
+    )
+    max_connections: int = Field(
+        default=1000,
+        gt=0,
+        description="Open connections plus requests in progress per process; requests beyond it get 503.",
+    )
+    forwarded_allow_ips: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="Addresses or networks of the proxies whose X-Forwarded-For/-Proto are believed (or *); "
+        "empty: forwarded headers are ignored and logs show the peer's address.",
+    )
+
+    @field_validator("allowed_hosts", "allowed_origins", "cors_allowed_origins", "forwarded_allow_ips", mode="before")
     @classmethod
     def _csv(cls, value: object) -> object:
         return _split_csv(value)
+
+    @field_validator("forwarded_allow_ips")
+    @classmethod
+    def _forwarded_allow_ips(cls, value: list[str]) -> list[str]:
+        for entry in value:
+            if entry != "*":
+                try:
+                    ipaddress.ip_network(entry, strict=False)
+                except ValueError:
+                    raise ValueError(
+                        "FORWARDED_ALLOW_IPS must list IP addresses or networks (e.g. 10.0.0.0/8) or be *"
+                    ) from None
+        return value
+
+    @field_validator("log_level")
+    @classmethod
+    def _log_level(cls, value: str) -> str:
+        level = value.strip().upper()
+        if level not in {"DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"}:
+            raise ValueError("LOG_LEVEL must be one of DEBUG, INFO, WARNING, ERROR, CRITICAL")
+        return level
 
     @field_validator("cors_allowed_origins")
     @classmethod
@@ -226,7 +315,7 @@ class Settings(BaseSettings):
             origins.append(f"{parts.scheme.lower()}://{parts.netloc.lower()}")
         return origins
 
-    @field_validator("legacy_clients", "db_pooler_mode", mode="before")
+    @field_validator("legacy_clients", "db_pooler_mode", "log_format", mode="before")
     @classmethod
     def _lowercase_choice(cls, value: object) -> object:
         return value.strip().lower() if isinstance(value, str) else value
@@ -273,8 +362,11 @@ class Settings(BaseSettings):
 
     @field_validator("token_encryption_keys")
     @classmethod
-    def _token_keys(cls, value: SecretStr) -> SecretStr:
-        check_secret_ring("TOKEN_ENCRYPTION_KEYS", value.get_secret_value())
+    def _token_keys(cls, value: SecretStr, info: ValidationInfo) -> SecretStr:
+        token_ring = check_secret_ring("TOKEN_ENCRYPTION_KEYS", value.get_secret_value())
+        state_keys = info.data.get("request_state_keys")  # absent when it failed its own validation
+        if isinstance(state_keys, SecretStr):
+            check_rings_disjoint(check_secret_ring("REQUEST_STATE_KEYS", state_keys.get_secret_value()), token_ring)
         return value
 
     @field_validator("providers_file", "providers")
@@ -295,6 +387,8 @@ class Settings(BaseSettings):
     def _client_secret(cls, value: SecretStr) -> SecretStr:
         if not value.get_secret_value().strip():
             raise ValueError("OIDC_CLIENT_SECRET is empty")
+        # The identity provider issues this one, so no length rule; only how guessable it is.
+        check_secret_strength("OIDC_CLIENT_SECRET", value.get_secret_value().strip())
         return value
 
     @classmethod

@@ -51,7 +51,9 @@ PoolerMode = Literal["none", "transaction"]
 
 POOLER_MODES: tuple[PoolerMode, ...] = ("none", "transaction")
 
+# SQLSTATEs after which nothing was written and the same call may simply be retried.
 _TIMED_OUT = {"57014": "statement_timeout", "55P03": "lock_timeout"}
+_REFUSED = {"53300": "too many clients", "57P03": "not accepting connections yet"}
 
 
 def async_database_url(url: str) -> str:
@@ -249,12 +251,18 @@ class Database:
                 "the server is busy: every database connection is in use; nothing was changed, retry in a moment"
             ) from None
         except DBAPIError as exc:
-            which = _TIMED_OUT.get(getattr(exc.orig, "sqlstate", None) or "")
-            if which is None:
-                raise
-            raise Unavailable(
-                f"the database did not answer in time ({which}); nothing was changed, retry in a moment"
-            ) from None
+            sqlstate = getattr(exc.orig, "sqlstate", None) or ""
+            if sqlstate in _TIMED_OUT:
+                raise Unavailable(
+                    f"the database did not answer in time ({_TIMED_OUT[sqlstate]}); nothing was changed, "
+                    "retry in a moment"
+                ) from None
+            if sqlstate in _REFUSED:
+                # Only a new connection can be refused; with a fixed pool that is warm-up or a restart.
+                raise Unavailable(
+                    f"the database refused a connection ({_REFUSED[sqlstate]}); nothing was changed, retry in a moment"
+                ) from None
+            raise
 
     async def ping(self, within: float) -> bool:
         """Tell whether the database answers ``SELECT 1`` within ``within`` seconds."""

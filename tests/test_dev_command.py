@@ -7,10 +7,12 @@ there too) finds the same cart.
 """
 
 import os
+import shutil
 import signal
 import stat
 import subprocess
 import sys
+import tempfile
 import threading
 import uuid
 from collections.abc import Iterator
@@ -20,6 +22,7 @@ from pathlib import Path
 
 import httpx2
 import psutil
+import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
@@ -135,9 +138,25 @@ def _no_leftovers(data_dir: Path) -> Iterator[None]:
             process.kill()
 
 
+@pytest.fixture
+def dev_workdir() -> Iterator[Path]:
+    """A working directory outside pytest's basetemp.
+
+    As root, pgserver runs PostgreSQL as its own ``pgserver`` user and opens up the directories above the data
+    directory; pytest sets its ``/tmp/pytest-of-<user>`` back to 0700 whenever another pytest process starts
+    (the embedded-fallback test runs one), which would lock that user out mid-run.
+    """
+    workdir = Path(tempfile.mkdtemp(prefix="coatcheck-dev-test-"))
+    try:
+        yield workdir
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
 async def test_coatcheck_dev_serves_the_whole_stack_stops_on_sigint_and_keeps_the_cart_for_the_next_run(
-    tmp_path: Path,
+    dev_workdir: Path,
 ) -> None:
+    tmp_path = dev_workdir
     data_dir = tmp_path / "dev-data"
     port, idp_port = free_port(), free_port()
     username = f"newcomer-{uuid.uuid4().hex[:8]}"

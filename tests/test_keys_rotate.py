@@ -2,6 +2,7 @@
 
 import asyncio
 import os
+import secrets
 import subprocess
 import sys
 import tempfile
@@ -14,8 +15,8 @@ from store.principal import Principal
 from store.vault import ConnectionRepository, TokenSet
 from tests.support.scratch import scratch_database
 
-OLD = "old-rotate-key-" + "o" * 20 + "-0123456789"
-NEW = "new-rotate-key-" + "n" * 20 + "-abcdefghij"
+OLD = secrets.token_urlsafe(32)
+NEW = secrets.token_urlsafe(32)
 OWNERS = [Principal("https://issuer.test", f"rotating-{n}") for n in range(3)]
 
 

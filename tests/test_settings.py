@@ -83,6 +83,56 @@ def test_a_weak_request_state_key_stops_start_up_without_echoing_it(
             assert key.strip() not in message
 
 
+@pytest.mark.parametrize("variable", ["REQUEST_STATE_KEYS", "TOKEN_ENCRYPTION_KEYS"])
+@pytest.mark.parametrize(
+    "weak",
+    ["abcdefghij" * 4, "correcthorsebatterystaple-correct", "ThisIsMyVeryLongSigningKeyForCoatcheck2026!"],
+    ids=["repeated-pattern", "passphrase", "camel-case-words"],
+)
+def test_a_guessable_key_in_either_ring_stops_start_up_without_echoing_it(
+    env: dict[str, str], monkeypatch: pytest.MonkeyPatch, variable: str, weak: str
+) -> None:
+    monkeypatch.setenv(variable, f"{secrets.token_urlsafe(32)},{weak}")
+    with pytest.raises(SettingsError) as caught:
+        Settings.from_env()
+    message = str(caught.value)
+    assert f"{variable}: key #2 is too guessable" in message
+    assert "128 needed" in message
+    assert weak not in message
+    assert weak[:12] not in message
+
+
+def test_keys_from_the_standard_generators_are_accepted(env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    generated = [secrets.token_urlsafe(32), secrets.token_hex(32), secrets.token_urlsafe(48)]
+    monkeypatch.setenv("REQUEST_STATE_KEYS", ",".join(generated))
+    assert Settings.from_env().state_key_ring == [key.encode() for key in generated]
+
+
+def test_the_same_key_in_both_rings_stops_start_up_naming_both_positions(
+    env: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    shared = secrets.token_urlsafe(32)
+    monkeypatch.setenv("REQUEST_STATE_KEYS", f"{secrets.token_urlsafe(32)},{shared}")
+    monkeypatch.setenv("TOKEN_ENCRYPTION_KEYS", shared)
+    with pytest.raises(SettingsError) as caught:
+        Settings.from_env()
+    message = str(caught.value)
+    assert "TOKEN_ENCRYPTION_KEYS: key #1 is also REQUEST_STATE_KEYS key #2" in message
+    assert shared not in message
+    assert shared[-16:] not in message
+
+
+@pytest.mark.parametrize("weak", ["coatcheck-login-client-password", "abcdefghij" * 4])
+def test_a_guessable_oidc_client_secret_stops_start_up_without_echoing_it(
+    env: dict[str, str], monkeypatch: pytest.MonkeyPatch, weak: str
+) -> None:
+    monkeypatch.setenv("OIDC_CLIENT_SECRET", weak)
+    with pytest.raises(SettingsError) as caught:
+        Settings.from_env()
+    assert "OIDC_CLIENT_SECRET" in str(caught.value)
+    assert weak not in str(caught.value)
+
+
 @pytest.mark.parametrize(
     ("name", "value"),
     [

@@ -11,6 +11,7 @@ import asyncio
 import logging
 import re
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Literal
@@ -95,8 +96,17 @@ def describe(totals: dict[str, int]) -> str:
     return " ".join(f"{table}={count}" for table, count in totals.items()) or "nothing (every table is kept)"
 
 
-async def purge_periodically(database: Database, policy: RetentionPolicy, every: timedelta) -> None:
-    """Purge now and then every ``every`` until cancelled; a failed run is logged and retried next time."""
+async def purge_periodically(
+    database: Database,
+    policy: RetentionPolicy,
+    every: timedelta,
+    *,
+    on_purged: Callable[[str, int], None] | None = None,
+) -> None:
+    """Purge now and then every ``every`` until cancelled; a failed run is logged and retried next time.
+
+    ``on_purged(table, n)`` hears each run's count per table (the metrics, when they are on).
+    """
     while True:
         try:
             totals = await purge(database, policy)
@@ -105,6 +115,9 @@ async def purge_periodically(database: Database, policy: RetentionPolicy, every:
         except Exception:
             logger.warning("purge failed; retrying in %s", every, exc_info=True)
         else:
+            if on_purged is not None:
+                for table, count in totals.items():
+                    on_purged(table, count)
             if any(totals.values()):
                 logger.info("purge deleted %s", describe(totals))
         await asyncio.sleep(every.total_seconds())

@@ -12,7 +12,9 @@ The SDK speaks the protocol; this wrapper only adds the operator's policy around
 * web pages on ``CORS_ALLOWED_ORIGINS`` get CORS: their preflight is answered here, and every answer to
   them carries ``Access-Control-Allow-Origin`` and exposes ``WWW-Authenticate`` (so a browser client can
   start OAuth discovery from a 401). Any other origin's preflight gets 403, and the SDK's Origin check
-  still refuses its requests.
+  still refuses its requests;
+* a request with no bearer credentials at all gets a bare ``401`` challenge: RFC 6750 §3.1 says no error
+  code then (the SDK would say ``invalid_token``, which it still does for a token that fails).
 """
 
 import json
@@ -57,6 +59,24 @@ async def _send_jsonrpc_error(
     await send(
         HTTPResponseStartEvent(
             type="http.response.start", status=status, headers=[(b"content-type", b"application/json"), *headers]
+        )
+    )
+    await send(HTTPResponseBodyEvent(type="http.response.body", body=body, more_body=False))
+
+
+def _has_bearer_credentials(scope: Scope) -> bool:
+    authorization = _header(scope, b"authorization")
+    return authorization is not None and authorization.strip()[:7].lower() == "bearer "
+
+
+async def _send_challenge(send: Send, resource_metadata_url: str) -> None:
+    body = json.dumps({"error_description": "Authentication required: send a bearer token"}).encode()
+    challenge = f'Bearer resource_metadata="{resource_metadata_url}"'.encode()
+    await send(
+        HTTPResponseStartEvent(
+            type="http.response.start",
+            status=401,
+            headers=[(b"content-type", b"application/json"), (b"www-authenticate", challenge)],
         )
     )
     await send(HTTPResponseBodyEvent(type="http.response.body", body=body, more_body=False))
@@ -193,11 +213,18 @@ class McpEndpoint:
     """ASGI wrapper applying the edge policy above, then handing the request to the SDK's app."""
 
     def __init__(
-        self, sdk_app: ASGIApp, *, body_limit: int, reject_legacy: bool, cors_origins: frozenset[str] = frozenset()
+        self,
+        sdk_app: ASGIApp,
+        *,
+        body_limit: int,
+        reject_legacy: bool,
+        resource_metadata_url: str,
+        cors_origins: frozenset[str] = frozenset(),
     ) -> None:
         self._sdk_app = sdk_app
         self._body_limit = body_limit
         self._reject_legacy = reject_legacy
+        self._resource_metadata_url = resource_metadata_url
         self._cors_origins = cors_origins
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -222,6 +249,9 @@ class McpEndpoint:
             return
         if self._reject_legacy and _is_legacy_lane(scope):
             await _refuse_legacy_client(scope, receive, send, self._body_limit)
+            return
+        if not _has_bearer_credentials(scope):
+            await _send_challenge(send, self._resource_metadata_url)
             return
         scope["headers"] = [(name, value.strip(b" \t")) for name, value in scope["headers"]]
         await self._sdk_app(scope, receive, send)

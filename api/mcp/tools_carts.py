@@ -93,7 +93,8 @@ def register_cart_tools(
         name="cart_set_item",
         description="Set the quantity of one product in a cart to an absolute value (0 removes the line), "
         "so retrying the call has the same effect as calling it once. Returns the updated cart. "
-        "Pass expected_version (from cart_view) to refuse the change if someone else changed the cart.",
+        "Pass expected_version (from cart_view) to refuse the change if someone else changed the cart. "
+        f"A cart holds at most {max_cart_lines} different products.",
         annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=True),
     )
     @tool_errors

@@ -20,7 +20,7 @@
 
 Every response is an inert page or a redirect with ``no-store`` and anti-framing headers (``pages``).
 Error pages are 4xx. Nothing rendered or logged contains a token, code, state or verifier; the access log
-drops the query strings of these paths (:class:`RedactOAuthQueries`).
+drops every query string (:class:`api.logs.RedactQueryStrings`).
 """
 
 import hmac
@@ -49,26 +49,6 @@ LOGIN_CALLBACK_PATH = "/oauth/login/callback"
 # ``state`` is a reserved handler argument in Litestar (the app state), so the query parameter is aliased.
 StateParam = Annotated[str | None, QueryParameter(name="state")]
 _ERROR_CODE = re.compile(r"[a-z_]{1,40}")
-_REDACTED_PREFIXES = ("/oauth/",)
-
-
-class RedactOAuthQueries(logging.Filter):
-    """Drop the query string from uvicorn access-log lines of the OAuth callbacks (codes and states)."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        args = record.args
-        if isinstance(args, tuple) and len(args) >= 3 and isinstance(args[2], str):
-            path = args[2]
-            if path.startswith(_REDACTED_PREFIXES) and "?" in path:
-                record.args = (*args[:2], path.split("?", 1)[0] + "?[redacted]", *args[3:])
-        return True
-
-
-def install_access_log_redaction() -> None:
-    """Attach :class:`RedactOAuthQueries` to uvicorn's access logger once per process."""
-    access = logging.getLogger("uvicorn.access")
-    if not any(isinstance(f, RedactOAuthQueries) for f in access.filters):
-        access.addFilter(RedactOAuthQueries())
 
 
 def _error_code(value: str) -> str:

@@ -13,6 +13,7 @@ happens with no connection checked out.
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Literal
@@ -71,6 +72,7 @@ class Connections:
         refresh_skew: timedelta,
         refresh_timing: RefreshTiming | None = None,
         transport: httpx2.AsyncBaseTransport | None = None,
+        record_refresh: Callable[[str], None] | None = None,
     ) -> None:
         self.database = database
         self.cipher = cipher
@@ -82,6 +84,7 @@ class Connections:
         self.refresh_skew = refresh_skew
         self.refresher = TokenRefresher(database, cipher, skew=refresh_skew, timing=refresh_timing)
         self._transport = transport
+        self._record_refresh = record_refresh
 
     # -- shared -----------------------------------------------------------------------------------
 
@@ -129,12 +132,18 @@ class Connections:
         client = self.client(provider)
 
         async def refresh(refresh_token: str) -> TokenSet:
+            outcome = "failed"
             try:
                 response = await client.refresh(endpoints.token, refresh_token)
+                outcome = "ok"
             except OAuthFailure as exc:
                 if exc.invalid_grant:
+                    outcome = "invalid_grant"
                     raise InvalidGrant from None
                 raise
+            finally:
+                if self._record_refresh is not None:
+                    self._record_refresh(outcome)
             return self._token_set(provider, response, keep_scopes=True)
 
         return await self.refresher.usable_tokens(principal, provider.name, refresh)

@@ -1,7 +1,7 @@
 """Build the connection service and the browser routes from the settings (called by ``create_app``)."""
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import timedelta
 from urllib.parse import urlsplit
 
@@ -23,9 +23,16 @@ LOGIN_COOKIE_SECONDS = 600
 
 
 def build_connections(
-    settings: Settings, database: Database, http: httpx2.AsyncClient, *, environ: Mapping[str, str] | None = None
+    settings: Settings,
+    database: Database,
+    http: httpx2.AsyncClient,
+    *,
+    environ: Mapping[str, str] | None = None,
+    record_refresh: Callable[[str], None] | None = None,
 ) -> Connections:
     """The token vault's cipher, the provider registry and the service over them.
+
+    ``record_refresh`` is told the outcome of every token refresh (the metrics, when they are on).
 
     Raises:
         ProviderConfigError: the provider configuration is unusable (names the provider, never a secret).
@@ -44,6 +51,7 @@ def build_connections(
         flow_ttl=timedelta(seconds=settings.connect_flow_ttl_seconds),
         wait_seconds=settings.connect_wait_seconds,
         refresh_skew=timedelta(seconds=settings.token_refresh_skew_seconds),
+        record_refresh=record_refresh,
     )
 
 

@@ -6,6 +6,7 @@ than the number of clients: calls queue for a connection, none opens a new one.
 """
 
 import asyncio
+import contextlib
 import json
 import socket
 import uuid
@@ -138,27 +139,34 @@ async def _ok(client: Client, tool: str, arguments: dict[str, Any] | None = None
 
 async def _clients(server: RunningServer, devidp: DevIdP, public_url: str, count: int) -> list[tuple[str, str]]:
     """``count`` users, each with a token and a cart of their own."""
-    users = []
-    for n in range(count):
+
+    async def user(n: int) -> tuple[str, str]:
         token = await devidp.token(f"load-{n}-{uuid.uuid4().hex[:6]}", resource=f"{public_url}/mcp")
         async with connect(server.mcp_url, token) as client:
-            users.append((token, (await _ok(client, "cart_create"))["cart_id"]))
-    return users
+            return token, (await _ok(client, "cart_create"))["cart_id"]
+
+    return list(await asyncio.gather(*(user(n) for n in range(count))))
 
 
-async def _load(server: RunningServer, users: list[tuple[str, str]], calls_each: int) -> int:
+@contextlib.asynccontextmanager
+async def _open(server: RunningServer, users: list[tuple[str, str]]) -> AsyncIterator[list[tuple[Client, str]]]:
+    """An SDK client per user, kept open across load rounds."""
+    async with contextlib.AsyncExitStack() as stack:
+        yield [(await stack.enter_async_context(connect(server.mcp_url, token)), cart_id) for token, cart_id in users]
+
+
+async def _load(clients: list[tuple[Client, str]], calls_each: int) -> int:
     """Every user at once: ``calls_each`` alternating cart_view / cart_set_item calls. Returns the calls made."""
 
-    async def user(token: str, cart_id: str) -> int:
-        async with connect(server.mcp_url, token) as client:
-            for n in range(calls_each):
-                if n % 2:
-                    await _ok(client, "cart_set_item", {"cart_id": cart_id, "sku": "hat-beanie", "quantity": n})
-                else:
-                    await _ok(client, "cart_view", {"cart_id": cart_id})
+    async def user(client: Client, cart_id: str) -> int:
+        for n in range(calls_each):
+            if n % 2:
+                await _ok(client, "cart_set_item", {"cart_id": cart_id, "sku": "hat-beanie", "quantity": n})
+            else:
+                await _ok(client, "cart_view", {"cart_id": cart_id})
         return calls_each
 
-    return sum(await asyncio.gather(*(user(token, cart_id) for token, cart_id in users)))
+    return sum(await asyncio.gather(*(user(client, cart_id) for client, cart_id in clients)))
 
 
 @pytest.mark.parametrize("concurrent_clients", [16, 64])
@@ -166,12 +174,11 @@ async def test_steady_load_opens_no_database_connections_after_warm_up(
     pooled_server: RunningServer, devidp: DevIdP, public_url: str, observer: Observer, concurrent_clients: int
 ) -> None:
     users = await _clients(pooled_server, devidp, public_url, concurrent_clients)
-    await _load(pooled_server, users, calls_each=2)  # warm-up: more clients than connections fills the pool
-    before = await observer.read()
-    assert len(before.alive) == POOL_SIZE, before
-
-    calls = await _load(pooled_server, users, calls_each=6)
-
+    async with _open(pooled_server, users) as clients:
+        await _load(clients, calls_each=2)  # warm-up: more clients than connections fills the pool
+        before = await observer.read()
+        assert len(before.alive) == POOL_SIZE, before
+        calls = await _load(clients, calls_each=256 // concurrent_clients)
     after = await observer.read()
     opened = after.sessions - before.sessions
     print(f"\n{concurrent_clients} concurrent clients, pool {POOL_SIZE}: {calls} calls, {opened} sessions opened")
@@ -211,7 +218,8 @@ async def test_clients_that_disconnect_mid_call_cost_the_pool_no_connection(
 ) -> None:
     [(token, cart_id)] = await _clients(pooled_server, devidp, public_url, 1)
     users = await _clients(pooled_server, devidp, public_url, 8)
-    await _load(pooled_server, users, calls_each=2)
+    async with _open(pooled_server, users) as clients:
+        await _load(clients, calls_each=2)
 
     dropped = POOL_SIZE - 1  # every connection but one is mid-statement when its client goes away
     holder = await asyncpg.connect(_dsn(own_database_url))  # holds the cart's row lock; counted in both readings
@@ -238,10 +246,15 @@ async def test_clients_that_disconnect_mid_call_cost_the_pool_no_connection(
         await lock.commit()
 
         async with connect(pooled_server.mcp_url, token) as client:
-            # Every dropped call's statement ran to completion (cancellation waited for it).
-            cart = await _ok(client, "cart_view", {"cart_id": cart_id})
-        assert cart["version"] == 1 + dropped
-        await _load(pooled_server, users, calls_each=4)
+
+            async def every_dropped_write_landed() -> bool:
+                # The dropped calls' statements run to completion (cancellation waits for them), one after
+                # another on the cart's row lock; a cut-off statement would leave the version short for good.
+                return bool((await _ok(client, "cart_view", {"cart_id": cart_id}))["version"] == 1 + dropped)
+
+            await eventually(every_dropped_write_landed, within=20, what=f"the {dropped} dropped writes to land")
+        async with _open(pooled_server, users) as clients:
+            await _load(clients, calls_each=4)
         after = await observer.read()
     finally:
         await holder.close()

@@ -4,6 +4,7 @@ These checks sit below the SDK client on purpose: status codes, the WWW-Authenti
 challenge, 405s and the absence of session ids are exactly what a client library hides.
 """
 
+import uuid
 from collections.abc import Iterator
 
 import httpx
@@ -11,6 +12,7 @@ import pytest
 
 from tests.support.devidp import DevIdP
 from tests.support.server import RunningServer
+from tests.support.waiting import wait_until
 from tests.support.wire import PROTOCOL_VERSION, post, response_message
 
 
@@ -37,6 +39,30 @@ def test_a_request_without_a_token_gets_401_pointing_at_the_resource_metadata(
     challenge = response.headers["www-authenticate"]
     assert challenge.startswith("Bearer ")
     assert _expected_challenge(server) in challenge
+
+
+@pytest.mark.parametrize("authorization", [None, "Basic dXNlcjpwYXNz", "Bearer"])
+def test_a_request_without_bearer_credentials_gets_a_challenge_without_an_error_code(
+    http: httpx.Client, server: RunningServer, authorization: str | None
+) -> None:
+    # RFC 6750 §3.1: when the request lacks any authentication information, no error code.
+    extra = {"Authorization": authorization} if authorization is not None else None
+    response = post(http, server.mcp_url, "tools/list", extra_headers=extra)
+    assert response.status_code == 401
+    challenge = response.headers["www-authenticate"]
+    assert challenge == f"Bearer {_expected_challenge(server)}"
+    assert "error=" not in challenge
+
+
+async def test_a_bad_token_is_challenged_with_invalid_token(
+    http: httpx.Client, server: RunningServer, devidp: DevIdP
+) -> None:
+    expired = await devidp.token("wire-user", resource=server.mcp_url, expires_in=-3600)
+    for bad in ("not-a-jwt", expired):
+        response = post(http, server.mcp_url, "tools/list", token=bad)
+        assert response.status_code == 401
+        assert 'error="invalid_token"' in response.headers["www-authenticate"]
+        assert _expected_challenge(server) in response.headers["www-authenticate"]
 
 
 def test_the_resource_metadata_lists_the_issuer_as_authorization_server(
@@ -161,3 +187,23 @@ async def test_bearer_tokens_and_secrets_never_reach_the_server_log(
     for secret in secrets:
         assert secret not in log
         assert secret[-24:] not in log  # not even a fragment of a signature or key
+
+
+def test_a_token_sent_in_a_query_string_never_reaches_the_access_log(
+    http: httpx.Client, server: RunningServer, token: str
+) -> None:
+    marker = f"leak-{uuid.uuid4().hex[:8]}"
+    http.get(f"{server.base_url}/healthz", params={"access_token": token, "m": marker})
+    post(http, f"{server.mcp_url}?access_token={token}&m={marker}", "tools/list", token=token)
+    http.get(f"{server.base_url}/connect/flow_x", params={"access_token": token}, follow_redirects=False)
+
+    def logged() -> bool:
+        log = server.log_text()
+        requests = ("GET /healthz", "POST /mcp", "GET /connect/flow_x")
+        return all(f'"{request}?[redacted] HTTP/1.1"' in log for request in requests)
+
+    wait_until(logged, timeout=5, what="the three access lines, redacted")
+    log = server.log_text()
+    assert token not in log
+    assert token[-24:] not in log
+    assert marker not in log  # the whole query string goes, not only the parameter named like a token

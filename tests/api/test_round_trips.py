@@ -61,8 +61,10 @@ def logged_database_url(logged_cluster: PrivatePostgres) -> str:
 
 @pytest.fixture(scope="module")
 def logged_server(server_env: dict[str, str], public_url: str, logged_database_url: str) -> Iterator[RunningServer]:
-    with another_instance(server_env, public_url=public_url, DATABASE_URL=logged_database_url, DB_POOL_SIZE="1") as s:
-        yield s
+    with another_instance(
+        server_env, public_url=public_url, DATABASE_URL=logged_database_url, DB_POOL_SIZE="1", MAX_CART_LINES="2"
+    ) as running:
+        yield running
 
 
 def round_trips(messages: list[LoggedMessage]) -> int:
@@ -130,6 +132,14 @@ async def _session(client: Client) -> dict[str, Callable[[], Awaitable[Any]]]:
         assert stale.is_error
         assert "version" in _text(stale)
 
+    async def over_the_cap() -> None:
+        refused = await client.call_tool("cart_set_item", {"cart_id": cart_id, "sku": "brush-lint", "quantity": 1})
+        assert refused.is_error
+        assert _text(refused) == (
+            "Error executing tool cart_set_item: This cart already has 2 lines, the most a cart may hold (2); "
+            "remove a line (quantity 0), or put the item in another cart with cart_create."
+        )
+
     return {
         "catalog_search": lambda: _ok(client, "catalog_search", {"query": "coat"}),
         "cart_create": lambda: _ok(client, "cart_create"),
@@ -140,6 +150,10 @@ async def _session(client: Client) -> dict[str, Callable[[], Awaitable[Any]]]:
             client, "cart_set_item", {"cart_id": cart_id, "sku": "hat-beanie", "quantity": 3, "expected_version": 2}
         ),
         "cart_set_item (refused: stale version)": refused,
+        "cart_set_item (second line)": lambda: _ok(
+            client, "cart_set_item", {"cart_id": cart_id, "sku": "scarf-cashmere", "quantity": 1}
+        ),
+        "cart_set_item (refused: MAX_CART_LINES)": over_the_cap,
         "cart_view": lambda: _ok(client, "cart_view", {"cart_id": cart_id}),
         "cart_list": lambda: _ok(client, "cart_list"),
         "cart_checkout round 1": round_one,
@@ -158,6 +172,8 @@ EXPECTED = {
     "cart_set_item (add a line)": 1,
     "cart_set_item (change it)": 1,
     "cart_set_item (refused: stale version)": 2,
+    "cart_set_item (second line)": 1,
+    "cart_set_item (refused: MAX_CART_LINES)": 2,
     "cart_view": 1,
     "cart_list": 1,
     "cart_checkout round 1": 1,

@@ -309,8 +309,8 @@ async def test_sigterm_with_a_request_in_flight_exits_within_the_shutdown_timeou
             exit_code = await asyncio.to_thread(running.process.wait, SHUTDOWN_TIMEOUT + EXIT_MARGIN)
             elapsed = time.monotonic() - started
 
-    # uvicorn shuts down, then re-raises the captured SIGTERM so the exit status tells how it ended.
-    assert exit_code == -signal.SIGTERM
+    # The shutdown ran to its end (cancelling what outlived the grace period): a normal exit, not -15.
+    assert exit_code == 0
     assert elapsed < SHUTDOWN_TIMEOUT + EXIT_MARGIN
     log = running.log_text()
     assert "Waiting for connections to close" in log

@@ -12,6 +12,7 @@ from sqlalchemy.exc import DBAPIError
 
 from store.db import Database
 from store.errors import Unavailable
+from tests.support.private_postgres import private_postgres
 
 
 async def _kill_backends(database_url: str) -> int:
@@ -110,3 +111,20 @@ async def test_every_pooled_session_runs_with_the_configured_timeouts_and_withou
 def test_a_lock_timeout_not_below_the_statement_timeout_is_refused() -> None:
     with pytest.raises(ValueError, match="lock_timeout must be greater than 0 and below statement_timeout"):
         Database.connect("postgresql://u@h/d", statement_timeout_ms=1000, lock_timeout_ms=1000)
+
+
+async def test_a_database_that_refuses_new_connections_is_a_retryable_error_not_a_crash() -> None:
+    with private_postgres("max_connections=3", "superuser_reserved_connections=0") as cluster:
+        hogs = [await asyncpg.connect(cluster.url) for _ in range(3)]
+        database = Database.connect(cluster.url, pool_size=1)
+        try:
+            with pytest.raises(Unavailable, match=r"refused a connection \(too many clients\); nothing was changed"):
+                async with database.one_statement() as conn:
+                    await conn.execute(text("SELECT 1"))
+            await hogs.pop().close()
+            async with database.one_statement() as conn:  # room again: the next call simply works
+                assert (await conn.execute(text("SELECT 1"))).scalar_one() == 1
+        finally:
+            await database.dispose()
+            for hog in hogs:
+                await hog.close()

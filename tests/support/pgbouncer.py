@@ -28,9 +28,9 @@ class RunningPgBouncer:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 
 
-def _unprivileged() -> list[str]:
+def _unprivileged() -> dict[str, str]:
     # PgBouncer refuses to run as root; CI containers usually are root.
-    return ["runuser", "-u", "postgres", "--"] if os.getuid() == 0 else []
+    return {"user": "postgres", "group": "postgres"} if os.getuid() == 0 else {}
 
 
 def _accepting(port: int, process: subprocess.Popen[bytes]) -> bool:
@@ -78,7 +78,7 @@ def run_pgbouncer(
             shutil.chown(child, "postgres")
     log = log_path.open("wb")
     process = subprocess.Popen(
-        [*_unprivileged(), PGBOUNCER, str(workdir / "pgbouncer.ini")], stdout=log, stderr=subprocess.STDOUT
+        [PGBOUNCER, str(workdir / "pgbouncer.ini")], stdout=log, stderr=subprocess.STDOUT, **_unprivileged()
     )
     url = target.set(host="127.0.0.1", port=port).render_as_string(hide_password=False)
     running = RunningPgBouncer(url=url, log_path=log_path)

@@ -55,23 +55,24 @@ class PrivatePostgres:
         return found
 
 
-def _as_postgres(command: list[str]) -> list[str]:
-    return ["runuser", "-u", "postgres", "--", *command] if os.getuid() == 0 else command
+def _run(command: list[str], *, check: bool = True) -> None:
+    # initdb and the server refuse to run as root; CI containers usually are root.
+    as_postgres: dict[str, str] = {"user": "postgres", "group": "postgres"} if os.getuid() == 0 else {}
+    subprocess.run(command, check=check, capture_output=True, **as_postgres)  # type: ignore[call-overload]
 
 
 @contextlib.contextmanager
-def private_postgres() -> Iterator[PrivatePostgres]:
-    """Start a private cluster that logs every statement with its protocol step, and remove it afterwards."""
+def private_postgres(*settings: str) -> Iterator[PrivatePostgres]:
+    """Start a private cluster that logs every statement with its protocol step, and remove it afterwards.
+
+    ``settings`` are extra ``name=value`` server settings.
+    """
     workdir = Path(tempfile.mkdtemp(prefix="coatcheck-pg-"))
     data, log_path = workdir / "data", workdir / "server.log"
     if os.getuid() == 0:
         shutil.chown(workdir, "postgres")
     port = free_port()
-    subprocess.run(
-        _as_postgres([str(BIN / "initdb"), "-D", str(data), "-U", "postgres", "-A", "trust", "--no-sync"]),
-        check=True,
-        capture_output=True,
-    )
+    _run([str(BIN / "initdb"), "-D", str(data), "-U", "postgres", "-A", "trust", "--no-sync"])
     options = " ".join(
         [
             f"-p {port}",
@@ -80,19 +81,12 @@ def private_postgres() -> Iterator[PrivatePostgres]:
             "-c log_min_duration_statement=0",  # every parse/bind/execute and simple query, with its kind
             "-c log_line_prefix='%m [%p] '",
             "-c fsync=off",
+            *(f"-c {setting}" for setting in settings),
         ]
     )
-    subprocess.run(
-        _as_postgres([str(BIN / "pg_ctl"), "-D", str(data), "-l", str(log_path), "-o", options, "-w", "start"]),
-        check=True,
-        capture_output=True,
-    )
+    _run([str(BIN / "pg_ctl"), "-D", str(data), "-l", str(log_path), "-o", options, "-w", "start"])
     try:
         yield PrivatePostgres(url=f"postgresql://postgres@127.0.0.1:{port}/postgres", log_path=log_path)
     finally:
-        subprocess.run(
-            _as_postgres([str(BIN / "pg_ctl"), "-D", str(data), "-m", "immediate", "-w", "stop"]),
-            check=False,
-            capture_output=True,
-        )
+        _run([str(BIN / "pg_ctl"), "-D", str(data), "-m", "immediate", "-w", "stop"], check=False)
         shutil.rmtree(workdir, ignore_errors=True)

@@ -1,0 +1,141 @@
+"""Process logging: one handler and one format for every logger (uvicorn, Litestar, the SDK, httpx2, ours).
+
+``LOG_FORMAT=text`` writes ``time level logger [request id]: message``; ``LOG_FORMAT=json`` writes one JSON
+object a line with the same facts as fields, plus whatever structured fields a record carries (the tool
+call line: ``tool``, ``outcome``, ``duration_ms``, ``principal``; access lines: ``client``, ``method``,
+``path``, ``status``). ``LOG_LEVEL`` is the root level and every logger defers to it.
+
+Nothing logged may carry a secret: access lines lose their query strings (OAuth codes and states, a
+bearer token someone sent as ``?access_token=``), and principals appear only as digests
+(:func:`principal_digest`).
+"""
+
+import hashlib
+import hmac
+import json
+import logging
+import re
+import sys
+import time
+from contextvars import ContextVar
+from typing import Any, Literal
+
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
+from store.principal import Principal
+
+LogFormat = Literal["text", "json"]
+
+#: The id of the HTTP request being handled (set by :class:`api.request_id.RequestIdMiddleware`).
+REQUEST_ID: ContextVar[str | None] = ContextVar("coatcheck_request_id", default=None)
+
+# Loggers that configure themselves (a level or a handler of their own) and so would not follow LOG_LEVEL.
+_SELF_CONFIGURED = ("uvicorn", "uvicorn.error", "uvicorn.access", "uvicorn.asgi", "litestar", "mcp", "httpx2")
+_TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s [%(request_id)s]: %(message)s"
+_STRUCTURED_FIELDS = ("tool", "outcome", "duration_ms", "principal", "method", "path", "status", "client")
+_ACCESS_ARGS = 5  # uvicorn: client, method, path with query, HTTP version, status
+_DIGEST_LABEL = b"coatcheck log principal digest"
+_DIGEST_CHARS = 16
+
+
+class RedactQueryStrings(logging.Filter):
+    """Replace the query string of every uvicorn access-log line with ``?[redacted]``."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args
+        if isinstance(args, tuple) and len(args) >= 3 and isinstance(args[2], str) and "?" in args[2]:
+            record.args = (*args[:2], args[2].split("?", 1)[0] + "?[redacted]", *args[3:])
+        return True
+
+
+def install_access_log_redaction() -> None:
+    """Attach :class:`RedactQueryStrings` to uvicorn's access logger once per process."""
+    access = logging.getLogger("uvicorn.access")
+    if not any(isinstance(f, RedactQueryStrings) for f in access.filters):
+        access.addFilter(RedactQueryStrings())
+
+
+class _RequestContext(logging.Filter):
+    """Stamp each record with the current request id (``-`` outside a request)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.request_id = REQUEST_ID.get() or "-"
+        return True
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object a line: time, level, logger, message, request id and the record's structured fields."""
+
+    _second: tuple[int, str] = (-1, "")  # the last whole second formatted: strftime is most of the cost
+
+    def _timestamp(self, created: float, msecs: float) -> str:
+        whole = int(created)
+        second, text = self._second
+        if second != whole:
+            text = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(whole))
+            self._second = (whole, text)
+        return f"{text}.{int(msecs):03d}Z"
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry: dict[str, Any] = {
+            "time": self._timestamp(record.created, record.msecs),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+            "request_id": getattr(record, "request_id", None) or REQUEST_ID.get(),
+        }
+        args = record.args
+        if record.name == "uvicorn.access" and isinstance(args, tuple) and len(args) == _ACCESS_ARGS:
+            entry.update(client=args[0], method=args[1], path=args[2], status=args[4])
+        for name in _STRUCTURED_FIELDS:
+            value = record.__dict__.get(name)
+            if value is not None:
+                entry[name] = value
+        if record.exc_info:
+            entry["exception"] = self.formatException(record.exc_info)
+        return json.dumps(entry, default=str, separators=(",", ":"))
+
+
+def configure_logging(level: str, log_format: LogFormat = "text") -> None:
+    """Send every logger's records to one stderr handler in ``log_format``, filtered at ``level``.
+
+    Replaces whatever handlers the root logger had (``logging.basicConfig``, the SDK's, an earlier call).
+    """
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonFormatter() if log_format == "json" else logging.Formatter(_TEXT_FORMAT))
+    handler.addFilter(_RequestContext())
+    root = logging.getLogger()
+    for old in list(root.handlers):
+        root.removeHandler(old)
+    root.addHandler(handler)
+    root.setLevel(level.upper())
+    for name in _SELF_CONFIGURED:
+        logger = logging.getLogger(name)
+        logger.handlers.clear()
+        logger.setLevel(logging.NOTSET)
+        logger.propagate = True
+    install_access_log_redaction()
+
+
+def principal_digest_key(token_key_ring: list[bytes]) -> bytes:
+    """The key of :func:`principal_digest`, derived (HKDF, own label) from the newest token key."""
+    return HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=_DIGEST_LABEL).derive(token_key_ring[0])
+
+
+def principal_digest(key: bytes, principal: Principal) -> str:
+    """A short keyed digest naming ``principal`` in logs and spans without revealing who it is.
+
+    Keyed, because subjects are often guessable (an email, a sequence number); stable for as long as the
+    newest ``TOKEN_ENCRYPTION_KEYS`` key stays first.
+    """
+    message = f"{principal.issuer}\n{principal.subject}".encode()
+    return hmac.new(key, message, hashlib.sha256).hexdigest()[:_DIGEST_CHARS]
+
+
+_SAFE_REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
+
+
+def acceptable_request_id(value: str) -> bool:
+    """Whether a client- or proxy-supplied ``X-Request-Id`` may be reused as is (no log injection)."""
+    return _SAFE_REQUEST_ID.fullmatch(value) is not None

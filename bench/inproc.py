@@ -1,6 +1,6 @@
 """CPU per call without HTTP or machine noise: ASGI calls made in-process, one at a time.
 
-    python -m bench.inproc [--batches 30] [--mode sse|json] [--cprofile cart_view]
+    python -m bench.inproc [--batches 30] [--mode sse|json] [--ab-sdk-hooks] [--cprofile cart_view]
 
 Builds the stock SDK app (``bench.targets.sdk_app``) and Coatcheck's ``create_app`` in this process, against a
 fresh bench database, and times ``cart_view`` / ``cart_set_item`` through each app's ASGI callable with a real
@@ -118,6 +118,8 @@ async def run(args: argparse.Namespace, url: str, issuer: str, token: str, port:
         mcp_json_response=args.mode == "json",
     )
     coatcheck = create_app(settings)
+    # The same app with the SDK's defaults put back (api/mcp/sdk_hooks.py undone): the hooks' A/B.
+    stock_hooks = create_app(settings, configure_mcp=_undo_sdk_hooks) if args.ab_sdk_hooks else None
     sdk = sdk_app()
     auth = {"Authorization": f"Bearer {token}"}
 
@@ -127,6 +129,8 @@ async def run(args: argparse.Namespace, url: str, issuer: str, token: str, port:
 
     async with AsyncExitStack() as stack:
         await stack.enter_async_context(coatcheck.lifespan())
+        if stock_hooks is not None:
+            await stack.enter_async_context(stock_hooks.lifespan())
         await stack.enter_async_context(sdk.router.lifespan_context(sdk))
         cart_ids = []
         for _ in range(16):
@@ -145,6 +149,8 @@ async def run(args: argparse.Namespace, url: str, issuer: str, token: str, port:
             "cart_view": (coatcheck, {**view_h, **auth}, [view_b]),  # type: ignore[dict-item]
             "cart_set_item": (coatcheck, {**set_h, **auth}, set_bodies),  # type: ignore[dict-item]
         }
+        if stock_hooks is not None:
+            cases["cart_view, SDK defaults"] = (stock_hooks, {**view_h, **auth}, [view_b])  # type: ignore[assignment]
         # Many short batches, interleaved: on a shared machine the quiet batches (the low percentiles) are
         # the app's own cost, the rest is other processes stealing the core.
         batches: dict[str, list[float]] = {name: [] for name in cases}
@@ -165,11 +171,25 @@ async def run(args: argparse.Namespace, url: str, issuer: str, token: str, port:
             stats.sort_stats(args.sort).print_stats(args.top)
 
 
+def _undo_sdk_hooks(mcp: Any) -> None:
+    from mcp.server._otel import OpenTelemetryMiddleware
+
+    from api.mcp.sdk_hooks import McpParamSchemas, SpansWhileTracing
+
+    mcp.middleware[:] = [OpenTelemetryMiddleware() if isinstance(m, SpansWhileTracing) else m for m in mcp.middleware]
+    lowlevel = mcp._lowlevel_server
+    if isinstance(lowlevel.get_tool_input_schema, McpParamSchemas):
+        lowlevel.get_tool_input_schema = lowlevel.get_tool_input_schema._lookup
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.inproc")
     parser.add_argument("--calls", type=int, default=320, help="calls per batch (16 concurrent callers)")
     parser.add_argument("--batches", type=int, default=30, help="batches per case, interleaved")
     parser.add_argument("--mode", choices=["sse", "json"], default="sse")
+    parser.add_argument(
+        "--ab-sdk-hooks", action="store_true", help="also measure cart_view with api/mcp/sdk_hooks.py undone"
+    )
     parser.add_argument("--cprofile", choices=["sdk", "cart_view", "cart_set_item"])
     parser.add_argument("--sort", default="tottime")
     parser.add_argument("--top", type=int, default=40)

@@ -13,6 +13,7 @@ from typing import Any, cast
 
 import httpx2
 from litestar import Litestar, Request, Response, get, route
+from litestar.datastructures import State
 from litestar.handlers import BaseRouteHandler, asgi
 from litestar.types import Receive, Scope, Send
 from mcp.server.mcpserver import MCPServer
@@ -21,6 +22,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 
 from api.auth import IssuerMetadata, JwksCache, JwtVerifier
 from api.commands.purge import RetentionPolicy, purge_periodically
+from api.draining import Drain
 from api.logs import install_access_log_redaction, principal_digest_key
 from api.mcp.endpoint import McpEndpoint, transport_security
 from api.mcp.observer import ToolCallObserver
@@ -146,8 +148,12 @@ def create_app(
     def healthz() -> dict[str, str]:
         return {"status": "ok"}
 
+    drain = Drain(settings.shutdown_drain_seconds)
+
     @get("/readyz")
     async def readyz() -> Response[dict[str, str]]:
+        if drain.draining:  # leave the balancer's rotation before the listener closes
+            return Response({"status": "shutting down"}, status_code=503)
         if await db.ping(settings.readyz_timeout_seconds):
             body = {"status": "ready"}
             search = await search_health.status()
@@ -207,4 +213,5 @@ def create_app(
         # api.logs configures every logger for the process instead.
         logging_config=None,
         openapi_config=None,
+        state=State({"drain": drain}),  # run_http_server starts the drain on SIGTERM
     )

@@ -1,7 +1,8 @@
-"""The ``coatcheck`` command: serve, migrate, seed-demo, keys rotate, purge."""
+"""The ``coatcheck`` command: serve, migrate, seed-demo, keys rotate, purge, audit, connections revoke, dev."""
 
 import argparse
 import asyncio
+import contextlib
 import logging
 import sys
 from typing import TYPE_CHECKING
@@ -59,7 +60,8 @@ def _exit_after_sigterm(signum: int, frame: object) -> None:
 def run_http_server(app: "Litestar", settings: Settings, *, host: str, port: int) -> None:
     """Serve ``app`` with uvicorn the way production does (also used by the test-only conformance profile).
 
-    On SIGTERM uvicorn stops accepting, lets in-flight requests run for up to
+    On SIGTERM ``/readyz`` turns 503 for ``SHUTDOWN_DRAIN_SECONDS`` while requests are still served
+    (``api.draining``); then uvicorn stops accepting, lets in-flight requests run for up to
     ``SHUTDOWN_TIMEOUT_SECONDS``, then cancels them and runs the app's shutdown; the process then exits 0.
     Slow clients are cut off by :mod:`api.http_guard`; ``MAX_CONNECTIONS`` caps open connections plus
     requests in progress (beyond it, requests get 503).
@@ -68,6 +70,7 @@ def run_http_server(app: "Litestar", settings: Settings, *, host: str, port: int
 
     import uvicorn
 
+    from api.draining import Drain, DrainingServer
     from api.gc_policy import freeze_startup_objects
     from api.http_guard import guarded_protocol
 
@@ -91,9 +94,11 @@ def run_http_server(app: "Litestar", settings: Settings, *, host: str, port: int
         forwarded_allow_ips=settings.forwarded_allow_ips or None,
         server_header=False,
     )
-    server = uvicorn.Server(config)
+    drain = app.state.get("drain")
+    server = DrainingServer(config, drain if isinstance(drain, Drain) else Drain(0))
     signal.signal(signal.SIGTERM, _exit_after_sigterm)
-    server.run()
+    with contextlib.suppress(KeyboardInterrupt):
+        server.run()
     if not server.started:
         raise SystemExit(3)  # uvicorn's own start-up failure status (port in use, lifespan failed)
 
@@ -117,11 +122,27 @@ def _serve(args: argparse.Namespace) -> None:
             tracer_provider.shutdown()  # flush the spans still queued for export
 
 
-def _migrate(_: argparse.Namespace) -> None:
+def _migrate(args: argparse.Namespace) -> None:
     from store.schema import upgrade
 
+    if args.check:
+        from api.commands.migrate import check_schema
+
+        raise SystemExit(check_schema(_database_url_only()))
     logging.basicConfig(level="INFO", format="%(message)s")
     upgrade(_database_url_only())
+
+
+def _audit(args: argparse.Namespace) -> None:
+    from api.commands.audit import run
+
+    raise SystemExit(run(args))
+
+
+def _connections_revoke(args: argparse.Namespace) -> None:
+    from api.commands.connections import run
+
+    raise SystemExit(run(args, _settings()))
 
 
 def _seed_demo(_: argparse.Namespace) -> None:
@@ -210,7 +231,9 @@ def main(argv: list[str] | None = None) -> None:
         help="also run `coatcheck purge` in the background every DURATION (e.g. 1h); off by default",
     )
     serve.set_defaults(run=_serve)
-    commands.add_parser("migrate", help="alembic upgrade head against DATABASE_URL").set_defaults(run=_migrate)
+    migrate = commands.add_parser("migrate", help="alembic upgrade head against DATABASE_URL")
+    migrate.add_argument("--check", action="store_true", help="change nothing; exit 1 unless the schema is at head")
+    migrate.set_defaults(run=_migrate)
     commands.add_parser("seed-demo", help="load the demo catalog (idempotent)").set_defaults(run=_seed_demo)
     keys = commands.add_parser("keys", help="manage the token encryption keys").add_subparsers(
         dest="keys_command", required=True
@@ -218,6 +241,18 @@ def main(argv: list[str] | None = None) -> None:
     keys.add_parser(
         "rotate", help="re-encrypt every stored token under the first TOKEN_ENCRYPTION_KEYS key"
     ).set_defaults(run=_keys_rotate)
+    from api.commands import audit as audit_command
+    from api.commands import connections as connections_command
+
+    audit = commands.add_parser("audit", help="print audit events (filters; JSON lines or a table)")
+    audit_command.add_arguments(audit)
+    audit.set_defaults(run=_audit)
+    connections = commands.add_parser("connections", help="act on users' third-party connections").add_subparsers(
+        dest="connections_command", required=True
+    )
+    revoke = connections.add_parser("revoke", help="revoke a user's connections upstream and forget them (audited)")
+    connections_command.add_arguments(revoke)
+    revoke.set_defaults(run=_connections_revoke)
     purge_command.register(commands)
     dev = commands.add_parser(
         "dev", help="DEVELOPMENT ONLY: PostgreSQL, the dev IdP, migrate, seed and serve in one command"

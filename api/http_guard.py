@@ -24,9 +24,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 logger = logging.getLogger(__name__)
 
 _TIMEOUT_RESPONSE = b"HTTP/1.1 408 Request Timeout\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
-_TOO_LARGE_RESPONSE = (
-    b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
-)
+_TOO_LARGE_RESPONSE = b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
 
 
 class GuardedHttpToolsProtocol(HttpToolsProtocol):

@@ -238,6 +238,13 @@ class Settings(BaseSettings):
         le=300,
         description="On SIGTERM, how long in-flight requests may run before they are cancelled.",
     )
+    shutdown_drain_seconds: float = Field(
+        default=0,
+        ge=0,
+        le=120,
+        description="On SIGTERM, answer /readyz with 503 but keep serving for this long before shutting "
+        "down, so a load balancer's health check takes the replica out first (set above its check interval).",
+    )
 
     header_read_timeout_seconds: float = Field(
         default=10.0,

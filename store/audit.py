@@ -96,3 +96,58 @@ class AuditRepository:
         """The principal's events, newest first. One query."""
         rows = await self._conn.execute(_LIST, {**principal_params(principal), "p_limit": max(0, limit)})
         return [AuditEntry(*row) for row in rows]
+
+
+@dataclass(frozen=True, slots=True)
+class AuditRecord:
+    """One event as an operator sees it: with the principal it belongs to (``None`` when unnamed)."""
+
+    id: int
+    created_at: datetime
+    issuer: str | None
+    subject: str | None
+    action: str
+    provider: str | None
+    outcome: str
+    detail: str | None
+
+
+async def search_events(
+    conn: AsyncConnection,
+    *,
+    issuer: str | None = None,
+    subject: str | None = None,
+    action: str | None = None,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    limit: int = 1000,
+) -> list[AuditRecord]:
+    """Events matching every given filter, oldest first (``since`` inclusive, ``until`` exclusive). One query.
+
+    The operator's view across principals (``coatcheck audit``); no tool or route calls it, so it is not
+    scoped to one principal like every other store query.
+    """
+    stmt = select(
+        _event.c.id,
+        _event.c.created_at,
+        _event.c.principal_iss,
+        _event.c.principal_sub,
+        _event.c.action,
+        _event.c.provider,
+        _event.c.outcome,
+        _event.c.detail,
+    )
+    if issuer is not None:
+        stmt = stmt.where(_event.c.principal_iss == issuer)
+    if subject is not None:
+        stmt = stmt.where(_event.c.principal_sub == subject)
+    if action is not None:
+        stmt = stmt.where(_event.c.action == action)
+    if since is not None:
+        stmt = stmt.where(_event.c.created_at >= since)
+    if until is not None:
+        stmt = stmt.where(_event.c.created_at < until)
+    # The newest ``limit`` events, shown oldest first like a log.
+    newest = stmt.order_by(_event.c.created_at.desc(), _event.c.id.desc()).limit(max(0, limit)).subquery()
+    rows = await conn.execute(select(newest).order_by(newest.c.created_at, newest.c.id))
+    return [AuditRecord(*row) for row in rows]

@@ -155,6 +155,9 @@ class Database:
             pool_size=pool_size,
             max_overflow=max_overflow,
             pool_timeout=pool_timeout,
+            # Bound values (subjects, idempotency keys, checkout nonces) never ride along in an error's text
+            # into a log line: only the SQL with its placeholders does.
+            hide_parameters=True,
             # No pre-ping round trip; see _discard_closed_connections for the cheap local check instead.
             connect_args=connect_args,
         )

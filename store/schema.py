@@ -1,10 +1,15 @@
 """Run the Alembic migration chain programmatically (``coatcheck migrate`` and the tests use this)."""
 
+import asyncio
+from dataclasses import dataclass
 from importlib.resources import files
 
 from alembic import command
 from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
 from sqlalchemy.engine import Connection
+from sqlalchemy.ext.asyncio import create_async_engine
 
 
 def migrations_directory() -> str:
@@ -36,3 +41,35 @@ def upgrade(database_url: str, revision: str = "head") -> None:
 def downgrade(database_url: str, revision: str) -> None:
     """Take the database at ``database_url`` back to ``revision``."""
     command.downgrade(alembic_config(database_url), revision)
+
+
+@dataclass(frozen=True, slots=True)
+class SchemaStatus:
+    """Where a database's schema is against the migrations shipped with this code."""
+
+    current: tuple[str, ...]
+    heads: tuple[str, ...]
+
+    @property
+    def at_head(self) -> bool:
+        return set(self.current) == set(self.heads)
+
+
+def schema_status(database_url: str) -> SchemaStatus:
+    """The database's Alembic revision(s) and this code's head revision(s). Reads only.
+
+    Raises:
+        OSError, SQLAlchemyError: the database cannot be reached.
+    """
+    heads = tuple(sorted(ScriptDirectory.from_config(alembic_config()).get_heads()))
+
+    async def read_current() -> tuple[str, ...]:
+        engine = create_async_engine(database_url)
+        try:
+            async with engine.connect() as conn:
+                current = await conn.run_sync(lambda sync: MigrationContext.configure(sync).get_current_heads())
+                return tuple(sorted(current))
+        finally:
+            await engine.dispose()
+
+    return SchemaStatus(current=asyncio.run(read_current()), heads=heads)

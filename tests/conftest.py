@@ -27,6 +27,7 @@ from store.db import Database
 from store.demo import seed_demo_catalog
 from store.principal import Principal
 from store.schema import upgrade
+from tests.support import figures
 from tests.support.devidp import DevIdP, start_devidp
 from tests.support.embedded_postgres import embedded_postgres
 from tests.support.server import RunningServer, run_server
@@ -91,6 +92,7 @@ def admin_database_url() -> Iterator[str]:
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
+    figures.emit(terminalreporter)
     for note in _database_note:
         terminalreporter.write_line(f"database server: {note}")
 

@@ -234,7 +234,7 @@ def _prepare_database(database_url: str) -> int:
 def _banner(urls: DevUrls, data_dir: Path, database: str) -> str:
     token_command = (
         f"TOKEN=$(curl -s -X POST {urls.issuer}/dev/token -H 'content-type: application/json' "
-        f"-d '{{\"username\":\"alice\",\"resource\":\"{urls.mcp_url}\"}}' "
+        f'-d \'{{"username":"alice","resource":"{urls.mcp_url}"}}\' '
         "| python3 -c 'import json,sys; print(json.load(sys.stdin)[\"access_token\"])')"
     )
     rule = "=" * 78

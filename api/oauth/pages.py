@@ -33,21 +33,49 @@ box-shadow:0 1px 4px rgba(0,0,0,.12)}
 h1{font-size:1.6rem;margin:0 0 1rem}
 .tone{font-size:.85rem;font-weight:600;letter-spacing:.04em;text-transform:uppercase;margin:0 0 .5rem}
 .ok .tone{color:#1a7f37}.warn .tone{color:#9a6700}.err .tone{color:#b42318}
-p{margin:.6rem 0}footer{margin-top:1.5rem;font-size:.85rem;color:#5f5f5f}
+p{margin:.6rem 0}button{font:inherit;padding:.45rem 1.1rem;margin-top:.6rem}
+footer{margin-top:1.5rem;font-size:.85rem;color:#5f5f5f}
 """
 
 _TONES = {"ok": "Done", "warn": "Not completed", "err": "Stopped"}
 
 
-def page(title: str, paragraphs: list[str], *, status: int, tone: str = "err") -> Response[str]:
-    """A complete HTML page; every string is escaped here, so callers pass plain text."""
+def page(
+    title: str,
+    paragraphs: list[str],
+    *,
+    status: int,
+    tone: str = "err",
+    form: tuple[str, dict[str, str], str] | None = None,
+    cookies: list[Cookie] | None = None,
+) -> Response[str]:
+    """A complete HTML page; every string is escaped here, so callers pass plain text.
+
+    ``form`` is ``(action path, hidden fields, button label)``: a same-origin POST form (the page's CSP then
+    allows ``form-action 'self'`` and its referrer policy is ``same-origin``; the page has no secret URL).
+    """
     body = "\n".join(f"<p>{escape(text)}</p>" for text in paragraphs)
+    headers = SECURITY_HEADERS
+    referrer = "no-referrer"
+    if form is not None:
+        action, fields, label = form
+        hidden = "".join(
+            f'<input type="hidden" name="{escape(name)}" value="{escape(value)}">' for name, value in fields.items()
+        )
+        body += (
+            f'\n<form method="post" action="{escape(action)}">{hidden}'
+            f'<button type="submit">{escape(label)}</button></form>'
+        )
+        policy = SECURITY_HEADERS["Content-Security-Policy"].replace("form-action 'none'", "form-action 'self'")
+        # Under no-referrer a browser sends "Origin: null" with the form; same-origin keeps it checkable.
+        referrer = "same-origin"
+        headers = {**SECURITY_HEADERS, "Content-Security-Policy": policy, "Referrer-Policy": referrer}
     html = f"""<!DOCTYPE html>
 <html lang="en">
 <head>
 <meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
-<meta name="referrer" content="no-referrer">
+<meta name="referrer" content="{referrer}">
 <title>{escape(title)} · Coatcheck</title>
 <style>{_STYLE}</style>
 </head>
@@ -61,7 +89,7 @@ def page(title: str, paragraphs: list[str], *, status: int, tone: str = "err") -
 </body>
 </html>
 """
-    return Response(html, status_code=status, media_type=MediaType.HTML, headers=SECURITY_HEADERS)
+    return Response(html, status_code=status, media_type=MediaType.HTML, headers=headers, cookies=cookies or [])
 
 
 def redirect(location: str, *, cookies: list[Cookie] | None = None) -> Response[str]:
@@ -151,4 +179,38 @@ def login_failed() -> Response[str]:
             "Open the link from your assistant again to retry.",
         ],
         status=400,
+    )
+
+
+def signout_form(subject: str, action: str, token: str) -> Response[str]:
+    return page(
+        "Sign out of Coatcheck",
+        [
+            f"This browser is signed in to Coatcheck as {subject}, to connect accounts.",
+            "Signing out here ends that; your identity provider may still remember you.",
+        ],
+        status=200,
+        tone="warn",
+        form=(action, {"token": token}, "Sign out"),
+    )
+
+
+def signed_out(cookies: list[Cookie]) -> Response[str]:
+    return page(
+        "Signed out",
+        ["This browser is no longer signed in to Coatcheck.", "The next connect link will ask you to sign in."],
+        status=200,
+        tone="ok",
+        cookies=cookies,
+    )
+
+
+def signout_refused() -> Response[str]:
+    return page(
+        "Sign-out refused",
+        [
+            "This request did not come from Coatcheck's own sign-out page, so nothing was changed.",
+            "Open the sign-out page of Coatcheck and use its button.",
+        ],
+        status=403,
     )

@@ -198,22 +198,27 @@ class Connections:
             if flow is not None and await FlowRepository(conn, self.cipher).finish(handle, "failed", error="cancelled"):
                 await AuditRepository(conn).record(principal, "connect", provider=flow.provider, outcome="cancelled")
 
-    async def disconnect(self, principal: Principal, provider: ProviderConfig) -> Disconnected:
+    async def disconnect(
+        self, principal: Principal, provider: ProviderConfig, *, by: str | None = None
+    ) -> Disconnected:
         """Forget the tokens, then revoke them upstream (refresh token first, RFC 7009). Idempotent.
 
         Deleting first means a concurrent refresh (which locks the row) finds nothing afterwards; a
-        revocation that fails is reported and audited, the local tokens are gone either way.
+        revocation that fails is reported and audited, the local tokens are gone either way. ``by`` names
+        who asked when it was not the user (``"operator"``), in the audit entries' detail.
         """
         async with self.database.transaction() as conn:
             tokens = await ConnectionRepository(conn, self.cipher).delete(principal, provider.name)
             if tokens is None:
                 await AuditRepository(conn).record(
-                    principal, "disconnect", provider=provider.name, outcome="not_connected"
+                    principal, "disconnect", provider=provider.name, outcome="not_connected", detail=by
                 )
                 return Disconnected(was_connected=False, revocation="nothing_to_revoke")
         revocation = await self._revoke(provider, tokens)
         async with self.database.one_statement() as conn:
-            await AuditRepository(conn).record(principal, "disconnect", provider=provider.name, outcome=revocation)
+            await AuditRepository(conn).record(
+                principal, "disconnect", provider=provider.name, outcome=revocation, detail=by
+            )
         return Disconnected(was_connected=True, revocation=revocation)
 
     async def _revoke(self, provider: ProviderConfig, tokens: TokenSet) -> RevocationOutcome:

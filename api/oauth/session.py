@@ -14,6 +14,8 @@ an http ``PUBLIC_URL`` (local development) the unprefixed name and no ``Secure``
 """
 
 import base64
+import hashlib
+import hmac
 import json
 import os
 import time
@@ -28,6 +30,7 @@ from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from litestar.datastructures import Cookie
 
 _INFO = b"coatcheck/browser-cookie/v1/aes-256-gcm"
+_SIGNOUT_INFO = b"coatcheck/browser-signout/v1/hmac-sha256"
 _NONCE = 12
 SESSION = "session"
 LOGIN = "login"
@@ -66,6 +69,9 @@ class CookieJar:
         if not keys:
             raise ValueError("the cookie key ring needs at least one key")
         self._aeads = [AESGCM(HKDF(algorithm=SHA256(), length=32, salt=None, info=_INFO).derive(k)) for k in keys]
+        self._signout_keys = [
+            HKDF(algorithm=SHA256(), length=32, salt=None, info=_SIGNOUT_INFO).derive(k) for k in keys
+        ]
         self.secure = secure
         self.session_seconds = session_seconds
         self.login_seconds = login_seconds
@@ -141,6 +147,18 @@ class CookieJar:
             return None
         state, nonce, verifier, flow = (str(value) for value in values)
         return LoginInProgress(state=state, nonce=nonce, code_verifier=verifier, flow=flow)
+
+    def signout_token(self, sealed_session: str) -> str:
+        """The sign-out form's anti-CSRF token: a MAC of this browser's session cookie, so only a page
+        served to that browser (same origin) can know it, and it dies with the session."""
+        return _b64(hmac.new(self._signout_keys[0], sealed_session.encode(), hashlib.sha256).digest())
+
+    def signout_token_matches(self, sealed_session: str, token: str) -> bool:
+        """Whether ``token`` is :meth:`signout_token` of ``sealed_session`` under any ring key."""
+        return any(
+            hmac.compare_digest(_b64(hmac.new(key, sealed_session.encode(), hashlib.sha256).digest()), token)
+            for key in self._signout_keys
+        )
 
     def clear(self, kind: str) -> Cookie:
         return self._cookie(kind, "", 0)

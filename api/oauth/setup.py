@@ -15,6 +15,7 @@ from api.oauth.providers import ProviderRegistry, load_providers
 from api.oauth.routes import LOGIN_CALLBACK_PATH, browser_routes
 from api.oauth.service import Connections
 from api.oauth.session import CookieJar
+from api.oauth.signout import signout_routes
 from api.settings import Settings
 from store.crypto import TokenCipher
 from store.db import Database
@@ -58,7 +59,7 @@ def build_connections(
 def build_browser_routes(
     settings: Settings, connections: Connections, issuer: IssuerMetadata, jwks: JwksCache
 ) -> list[HTTPRouteHandler]:
-    """``/connect/{flow}`` and the two OAuth callbacks, with the OIDC login and the cookie jar they use."""
+    """``/connect/{flow}``, the two OAuth callbacks and ``/connect/signout``, with the OIDC login and cookie jar."""
     login = OidcLogin(
         issuer=issuer,
         client_id=settings.oidc_client_id,
@@ -78,4 +79,4 @@ def build_browser_routes(
         session_seconds=settings.browser_session_seconds,
         login_seconds=LOGIN_COOKIE_SECONDS,
     )
-    return browser_routes(connections, login, jar)
+    return [*browser_routes(connections, login, jar), *signout_routes(jar, settings.public_url)]

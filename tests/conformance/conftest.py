@@ -9,11 +9,9 @@ Both sit behind ``tests/conformance/token_proxy.py`` (see ``profiles.py``).
 
 import sys
 from collections.abc import AsyncIterator
-from typing import Any
 
 import pytest
 
-from tests.conformance import report
 from tests.conformance.profiles import ProxiedServer, proxy_token, run_behind_token_proxy
 from tests.support.devidp import DevIdP
 from tests.support.waiting import free_port
@@ -45,7 +43,3 @@ async def production_profile(
         command, server_env, token=token, proxy_port=proxy_port, workdir=tmp_path_factory.mktemp("production")
     ) as running:
         yield running
-
-
-def pytest_terminal_summary(terminalreporter: Any) -> None:
-    report.emit(terminalreporter)

@@ -15,10 +15,12 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.conformance import report
 from tests.conformance.profiles import ProxiedServer
 from tests.conformance.suite import REVISION, describe, required_server_scenarios, run_suite
+from tests.support import figures
 from tests.support.wire import post, response_message
+
+SECTION = "MCP conformance and interop"
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 REQUIRED_SCENARIO_COUNT = 37
@@ -111,14 +113,16 @@ def test_the_conformance_profile_passes_every_required_scenario_with_schema_vali
     passed = [name for name in required if run.passed(name)]
     not_scored = sorted(set(run.checks) - set(required))
     counts = run.status_counts(required)
-    report.note(
+    figures.note(
+        SECTION,
         f"conformance profile, --requirements {REVISION}: {len(passed)}/{len(required)} required scenarios passed "
         f"({counts['SUCCESS']} checks ok, {counts['WARNING']} warnings, {counts['FAILURE']} failures), "
-        f"{len(run.wire_schema_failures())} wire-schema failures, in {elapsed:.1f}s"
+        f"{len(run.wire_schema_failures())} wire-schema failures, in {elapsed:.1f}s",
     )
-    report.note(
+    figures.note(
+        SECTION,
         "  not scored (pending/extension): "
-        + ", ".join(f"{name} {'ok' if run.passed(name) else 'fails'}" for name in not_scored)
+        + ", ".join(f"{name} {'ok' if run.passed(name) else 'fails'}" for name in not_scored),
     )
     assert len(required) == REQUIRED_SCENARIO_COUNT, "the pinned suite changed its required set; review the pin"
     assert not run.failures(required), f"required scenarios failed:\n{describe(run.failures(required))}"
@@ -136,10 +140,11 @@ def test_the_production_profile_passes_every_scenario_that_needs_no_fixture(
     set_aside = [check for check in checks if check.id in NOT_JUDGED_IN_PRODUCTION]
     failed = [check for check in judged if check.status == "FAILURE"]
     statuses = Counter(check.status.lower() for check in judged)
-    report.note(
+    figures.note(
+        SECTION,
         f"production profile, {scenario}: {'ok' if not failed else 'FAILED'} "
         f"({', '.join(f'{count} {status}' for status, count in sorted(statuses.items()))}"
-        + (f"; {len(set_aside)} fixture-dependent checks not applicable)" if set_aside else ")")
+        + (f"; {len(set_aside)} fixture-dependent checks not applicable)" if set_aside else ")"),
     )
     assert not failed, describe(failed)
     assert not run.wire_schema_failures(), describe(run.wire_schema_failures())
@@ -150,9 +155,10 @@ def test_every_required_scenario_runs_against_production_or_is_recorded_as_not_a
     accounted = (set(PRODUCTION_SCENARIOS) & required) | set(NOT_APPLICABLE_IN_PRODUCTION)
     assert accounted == required
     assert not set(PRODUCTION_SCENARIOS) & set(NOT_APPLICABLE_IN_PRODUCTION)
-    report.note(
+    figures.note(
+        SECTION,
         f"production profile: {len(set(PRODUCTION_SCENARIOS) & required)} required scenarios run, "
-        f"{len(NOT_APPLICABLE_IN_PRODUCTION)} not applicable (fixture names; see docs/compatibility.md)"
+        f"{len(NOT_APPLICABLE_IN_PRODUCTION)} not applicable (fixture names; see docs/compatibility.md)",
     )
 
 

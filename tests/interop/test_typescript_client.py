@@ -17,11 +17,13 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conformance import report
 from tests.conformance.node_tools import INTEROP_DIR, ensure_typescript_client
+from tests.support import figures
 from tests.support.devidp import DevIdP
 from tests.support.server import RunningServer
 from tests.support.wire import post, response_message
+
+SECTION = "MCP conformance and interop"
 
 CLIENT_SCRIPT = INTEROP_DIR / "ts_client.mjs"
 CLIENT_TIMEOUT = 120.0
@@ -54,7 +56,8 @@ async def _drive(
         await process.wait()
         raise
     stdout, stderr = raw_out.decode(), raw_err.decode()
-    report.note(f"typescript client, {scenario}: exit {process.returncode} in {time.monotonic() - started:.1f}s")
+    elapsed = time.monotonic() - started
+    figures.note(SECTION, f"typescript client, {scenario}: exit {process.returncode} in {elapsed:.1f}s")
     assert process.returncode == 0, stderr
     transcript: dict[str, Any] = json.loads(stdout.strip().splitlines()[-1])
     assert "error" not in transcript, f"client error: {transcript['error']}\nstderr:\n{stderr}"

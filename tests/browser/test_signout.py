@@ -1,0 +1,96 @@
+"""Signing out of /connect in headless Chromium: the button ends the session; forged requests change nothing."""
+
+import uuid
+
+import httpx2
+from mcp.client import ClientRequestContext
+from mcp.types import ElicitRequest, ElicitRequestParams, ElicitRequestURLParams, ElicitResult, InputRequiredResult
+
+from tests.browser.conftest import BrowserUserFactory
+from tests.browser.harness import BrowserUser
+from tests.conftest import McpClientFactory
+from tests.support.server import RunningServer
+
+SESSION_COOKIE = "coatcheck-session"  # http PUBLIC_URL: no __Host- prefix
+
+
+async def _session_cookie(person: BrowserUser) -> str | None:
+    return next((c["value"] for c in await person.context.cookies() if c["name"] == SESSION_COOKIE), None)
+
+
+async def _no_elicitation(_context: ClientRequestContext, params: ElicitRequestParams) -> ElicitResult:
+    raise AssertionError(f"unexpected elicitation {params!r}")
+
+
+async def _connect_link(mcp_client: McpClientFactory, username: str) -> str:
+    """A fresh connect link for ``username`` (round 1 of connection_whoami; the client declares URL mode)."""
+    async with mcp_client(username, elicitation_callback=_no_elicitation) as client:
+        await client.call_tool("connection_disconnect", {"provider": "demo"})  # so there is something to connect
+        first = await client.session.call_tool("connection_whoami", {"provider": "demo"}, allow_input_required=True)
+    assert isinstance(first, InputRequiredResult), first
+    assert first.input_requests is not None
+    request = first.input_requests["connect_demo"]
+    assert isinstance(request, ElicitRequest)
+    assert isinstance(request.params, ElicitRequestURLParams)
+    return request.params.url
+
+
+async def test_the_sign_out_button_ends_the_connect_session_and_forged_sign_outs_are_refused(
+    mcp_client: McpClientFactory, browser_user: BrowserUserFactory, server: RunningServer
+) -> None:
+    username = f"leaver-{uuid.uuid4().hex[:8]}"
+    person = await browser_user(username)
+    connected = await person.open(await _connect_link(mcp_client, username))
+    assert connected.status == 200, connected.text
+    sealed = await _session_cookie(person)
+    assert sealed is not None
+
+    signout_url = f"{server.base_url}/connect/signout"
+    form_page = await person.open(signout_url)
+    assert form_page.status == 200
+    assert f"signed in to Coatcheck as {username}" in form_page.text
+    assert "form-action 'self'" in form_page.headers["content-security-policy"]
+
+    # Another site's page posting to the sign-out URL: the browser sends a foreign Origin (and, SameSite=Lax,
+    # no cookie). Refused, the session stays.
+    attacker = await person.context.new_page()
+    await attacker.set_content(
+        f'<form method="post" action="{signout_url}"><input name="token" value="guess"><button>go</button></form>'
+    )
+    async with attacker.expect_navigation() as forged_navigation:
+        await attacker.click("button")
+    forged = await forged_navigation.value
+    assert forged is not None
+    assert forged.status == 403
+    assert "Sign-out refused" in await attacker.inner_text("body")
+    # The right Origin with the victim's cookie but without the page's token is refused too.
+    async with httpx2.AsyncClient(timeout=httpx2.Timeout(10.0)) as http:
+        no_token = await http.post(
+            signout_url, headers={"Origin": server.base_url, "Cookie": f"{SESSION_COOKIE}={sealed}"}, data={}
+        )
+        wrong_token = await http.post(
+            signout_url,
+            headers={"Origin": server.base_url, "Cookie": f"{SESSION_COOKIE}={sealed}"},
+            data={"token": "A" * 43},
+        )
+    assert no_token.status_code == 403
+    assert wrong_token.status_code == 403
+    assert "set-cookie" not in no_token.headers
+    assert await _session_cookie(person) == sealed
+    still_in = await person.open(signout_url)
+    assert f"signed in to Coatcheck as {username}" in still_in.text
+
+    # The real button.
+    async with still_in.page.expect_navigation() as navigation:
+        await still_in.page.click("button[type=submit]")
+    done = await navigation.value
+    assert done is not None
+    assert done.status == 200
+    assert "Signed out" in await still_in.page.inner_text("body")
+    assert await _session_cookie(person) is None
+    after = await person.open(signout_url)
+    assert "no longer signed in" in after.text
+    # The next connect link starts with a sign-in at the identity provider again.
+    again = await person.open(await _connect_link(mcp_client, username))
+    assert again.status == 200
+    assert again.visited_path("/oauth/login/callback")

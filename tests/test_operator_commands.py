@@ -1,0 +1,249 @@
+"""The operator's command line, run as real processes against real databases and the real dev IdP:
+``coatcheck migrate --check``, ``coatcheck audit`` and ``coatcheck connections revoke``."""
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import uuid
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import httpx2
+import pytest
+from sqlalchemy import select, update
+
+from api.cli import main as cli_main
+from store.audit import AuditRepository
+from store.connections import ConnectionRepository, TokenSet
+from store.crypto import TokenCipher
+from store.db import Database
+from store.models import AuditEvent, table_of
+from store.principal import Principal
+from store.schema import downgrade, upgrade
+from tests.conftest import DEMO_CLIENT_ID
+from tests.support.devidp import DevIdP
+from tests.support.scratch import scratch_database
+from tests.support.waiting import free_port
+from tests.test_devidp import Pkce, sign_in, token_request
+
+_audit = table_of(AuditEvent)
+PREVIOUS_REVISION = "a1b2c3d40002"
+
+
+def coatcheck(*argv: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    base = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "TOKEN_ENCRYPTION_KEYS"}}
+    return subprocess.run(
+        [sys.executable, "-m", "api.cli", *argv],
+        env={**base, **env},
+        cwd=tempfile.gettempdir(),  # no .env file there: only the variables given here count
+        capture_output=True,
+        text=True,
+        timeout=90,
+        check=False,
+    )
+
+
+# --- migrate --check ------------------------------------------------------------------------------------------
+
+
+def test_migrate_check_passes_at_head_fails_on_an_older_schema_and_changes_nothing(admin_database_url: str) -> None:
+    with scratch_database(admin_database_url) as url:
+        at_head = coatcheck("migrate", "--check", env={"DATABASE_URL": url})
+        downgrade(url, PREVIOUS_REVISION)
+        behind = coatcheck("migrate", "--check", env={"DATABASE_URL": url})
+        still_behind = coatcheck("migrate", "--check", env={"DATABASE_URL": url})  # --check did not migrate
+        upgrade(url)
+        again = coatcheck("migrate", "--check", env={"DATABASE_URL": url})
+
+    assert at_head.returncode == 0, at_head.stderr
+    assert at_head.stdout.startswith("schema at head (")
+    assert behind.returncode == 1
+    assert f"database at {PREVIOUS_REVISION}" in behind.stderr
+    assert "this code expects" in behind.stderr
+    assert still_behind.returncode == 1
+    assert again.returncode == 0
+
+
+def test_migrate_check_on_an_unreachable_database_exits_2_without_echoing_the_url() -> None:
+    url = f"postgresql://operator:hunter2-secret@127.0.0.1:{free_port()}/nowhere"
+    result = coatcheck("migrate", "--check", env={"DATABASE_URL": url})
+    assert result.returncode == 2
+    assert "cannot read the schema revision" in result.stderr
+    assert "hunter2" not in result.stderr + result.stdout
+
+
+# --- audit ----------------------------------------------------------------------------------------------------
+
+
+async def _write_events(url: str, alice: Principal, bob: Principal) -> None:
+    database = Database.connect(url)
+    try:
+        async with database.transaction() as conn:
+            audit = AuditRepository(conn)
+            await audit.record(alice, "connect", provider="demo", outcome="requested")
+            await audit.record(alice, "connect", provider="demo", outcome="connected")
+            await audit.record(alice, "refresh", provider="demo", outcome="ok")
+            await audit.record(bob, "connect", provider="demo", outcome="requested")
+            await audit.record(alice, "disconnect", provider="demo", outcome="revoked", detail="operator")
+            # The first event happened long ago.
+            first = (await conn.execute(select(_audit.c.id).order_by(_audit.c.id).limit(1))).scalar_one()
+            await conn.execute(
+                update(_audit).where(_audit.c.id == first).values(created_at=datetime(2026, 1, 1, tzinfo=UTC))
+            )
+    finally:
+        await database.dispose()
+
+
+def test_audit_filters_by_subject_event_and_time_and_prints_json_lines_or_a_table(
+    admin_database_url: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    alice = Principal("https://idp.example", "alice")
+    bob = Principal("https://idp.example", "bob")
+    with scratch_database(admin_database_url) as url:
+        asyncio.run(_write_events(url, alice, bob))
+        monkeypatch.setenv("DATABASE_URL", url)
+        monkeypatch.chdir(tmp_path)  # no .env file here
+
+        def audit(*argv: str) -> subprocess.CompletedProcess[str]:
+            # In process (a subprocess per query would only add start-up time); the same main() as the script.
+            capsys.readouterr()
+            try:
+                cli_main(["audit", *argv])
+            except SystemExit as exit_:
+                code = exit_.code if isinstance(exit_.code, int) else 1
+            else:
+                code = 0
+            out, err = capsys.readouterr()
+            return subprocess.CompletedProcess(["audit", *argv], code, out, err)
+
+        everyone = audit("--format", "jsonl")
+        alices = audit("--subject", "alice", "--issuer", alice.issuer, "--format", "jsonl")
+        connects = audit("--subject", "alice", "--event", "connect", "--format", "jsonl")
+        recent = audit("--subject", "alice", "--since", "2026-06-01", "--format", "jsonl")
+        old = audit("--until", "1d", "--format", "jsonl")
+        table = audit("--subject", "alice", "--event", "disconnect")
+        nobody = audit("--subject", "carol")
+        bad_time = audit("--since", "yesterday-ish")
+
+    def events(result: subprocess.CompletedProcess[str]) -> list[dict[str, object]]:
+        assert result.returncode == 0, result.stderr
+        return [json.loads(line) for line in result.stdout.splitlines()]
+
+    assert len(events(everyone)) == 5
+    assert [(e["action"], e["outcome"]) for e in events(alices)] == [
+        ("connect", "requested"),
+        ("connect", "connected"),
+        ("refresh", "ok"),
+        ("disconnect", "revoked"),
+    ]
+    assert {e["subject"] for e in events(alices)} == {"alice"}
+    assert [e["outcome"] for e in events(connects)] == ["requested", "connected"]
+    assert [e["outcome"] for e in events(recent)] == ["connected", "ok", "revoked"]
+    (first,) = events(old)
+    assert first["created_at"] == "2026-01-01T00:00:00+00:00"
+    assert set(first) == {"id", "created_at", "issuer", "subject", "action", "provider", "outcome", "detail"}
+    header, row = table.stdout.splitlines()
+    assert header.split() == ["created_at", "issuer", "subject", "action", "provider", "outcome", "detail"]
+    assert row.split()[2:] == ["https://idp.example", "alice", "disconnect", "demo", "revoked", "operator"]
+    assert nobody.returncode == 0
+    assert nobody.stdout.splitlines() == [nobody.stdout.splitlines()[0]]  # the header only
+    assert "no audit events match" in nobody.stderr
+    assert bad_time.returncode == 2
+    assert "is not an ISO 8601 time" in bad_time.stderr
+
+
+# --- connections revoke ---------------------------------------------------------------------------------------
+
+
+async def _connect_for_real(
+    devidp: DevIdP, public_url: str, secret: str, database: Database, keys: str, principal: Principal
+) -> TokenSet:
+    """Real tokens from the dev IdP's "demo" client (the code flow, without a browser), stored as a connection."""
+    redirect_uri = f"{public_url}/oauth/callback"
+    pkce = Pkce.new()
+
+    def exchange() -> dict[str, str]:
+        with httpx2.Client(follow_redirects=False, timeout=10.0) as browser:
+            returned = sign_in(
+                devidp,
+                browser,
+                client_id=DEMO_CLIENT_ID,
+                redirect_uri=redirect_uri,
+                username=principal.subject,
+                scope="openid profile email offline_access",
+                pkce=pkce,
+                resource=None,
+            )
+        data = {"grant_type": "authorization_code", "code": returned["code"], "redirect_uri": redirect_uri}
+        response = token_request(devidp, {**data, "code_verifier": pkce.verifier}, auth=(DEMO_CLIENT_ID, secret))
+        assert response.status_code == 200, response.text
+        return dict(response.json())
+
+    issued = await asyncio.to_thread(exchange)
+    tokens = TokenSet(
+        access_token=issued["access_token"],
+        refresh_token=issued["refresh_token"],
+        expires_at=datetime.now(UTC) + timedelta(minutes=5),
+        scopes=("openid", "profile", "email"),
+    )
+    async with database.transaction() as conn:
+        await ConnectionRepository(conn, TokenCipher([k.encode() for k in keys.split(",")])).save(
+            principal, "demo", tokens
+        )
+    return tokens
+
+
+async def test_connections_revoke_revokes_upstream_forgets_the_tokens_and_audits_it_as_the_operator(
+    devidp: DevIdP,
+    database: Database,
+    server_env: dict[str, str],
+    public_url: str,
+    token_encryption_keys: str,
+    oauth_client_secrets: dict[str, str],
+) -> None:
+    principal = Principal(devidp.issuer, f"leaving-{uuid.uuid4().hex[:8]}")
+    tokens = await _connect_for_real(
+        devidp, public_url, oauth_client_secrets[DEMO_CLIENT_ID], database, token_encryption_keys, principal
+    )
+    before = (await devidp.stats())["revocations"]
+    who = ("--issuer", principal.issuer, "--subject", principal.subject)
+
+    revoked = await asyncio.to_thread(coatcheck, "connections", "revoke", *who, env=server_env)
+    again = await asyncio.to_thread(coatcheck, "connections", "revoke", *who, env=server_env)
+    named = await asyncio.to_thread(coatcheck, "connections", "revoke", *who, "--provider", "demo", env=server_env)
+    unknown = await asyncio.to_thread(coatcheck, "connections", "revoke", *who, "--provider", "nope", env=server_env)
+
+    assert revoked.returncode == 0, revoked.stderr
+    assert revoked.stdout.strip() == "demo: revoked at the provider and forgotten"
+    assert again.returncode == 0
+    assert again.stdout.strip() == "no stored connections for this user"
+    assert named.returncode == 0
+    assert named.stdout.strip() == "demo: was not connected"
+    assert unknown.returncode == 1
+    assert "nope: not a configured provider" in unknown.stderr
+    # Upstream: both tokens revoked, the refresh token no longer works.
+    assert (await devidp.stats())["revocations"] >= before + 2
+    refused = await asyncio.to_thread(
+        token_request,
+        devidp,
+        {"grant_type": "refresh_token", "refresh_token": str(tokens.refresh_token)},
+        (DEMO_CLIENT_ID, oauth_client_secrets[DEMO_CLIENT_ID]),
+    )
+    assert refused.status_code == 400
+    assert refused.json()["error"] == "invalid_grant"
+    # Locally: nothing stored; the audit trail says the operator did it.
+    async with database.one_statement() as conn:
+        assert await ConnectionRepository(conn, TokenCipher([b"x" * 32])).list(principal) == []
+        rows = await conn.execute(
+            select(_audit.c.action, _audit.c.outcome, _audit.c.detail)
+            .where(_audit.c.principal_iss == principal.issuer, _audit.c.principal_sub == principal.subject)
+            .order_by(_audit.c.id)
+        )
+        trail = [tuple(row) for row in rows]
+    assert trail == [("disconnect", "revoked", "operator"), ("disconnect", "not_connected", "operator")]
+    for run in (revoked, again, named, unknown):
+        assert tokens.access_token not in run.stdout + run.stderr
+        assert str(tokens.refresh_token) not in run.stdout + run.stderr

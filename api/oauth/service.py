@@ -19,8 +19,8 @@ from datetime import timedelta
 from typing import Any, Literal
 
 import httpx2
-import jwt
 
+from api.jose import JwtRejected
 from api.oauth.client import (
     ClientCredentials,
     OAuthClient,
@@ -310,31 +310,20 @@ class Connections:
             endpoints.token, code=code, code_verifier=consumed.code_verifier, redirect_uri=self.callback_uri
         )
         if response.id_token is not None and consumed.nonce is not None:
-            _check_provider_id_token(response.id_token, provider, consumed.nonce)
+            # Binds the provider's answer to this authorization request (nonce, audience, issuer, signature).
+            try:
+                await self.registry.verify_id_token(
+                    provider, response.id_token, nonce=consumed.nonce, access_token=response.access_token
+                )
+            except JwtRejected as exc:
+                logger.warning("provider %s returned an ID token that was refused: %s", provider.name, exc)
+                raise OAuthFailure("id_token_mismatch" if exc.claim else "invalid_id_token") from None
         tokens = self._token_set(provider, response, keep_scopes=False)
         flow = consumed.flow
         async with self.database.transaction() as conn:
             await ConnectionRepository(conn, self.cipher).save(flow.principal, provider.name, tokens)
             await FlowRepository(conn, self.cipher).finish(flow.handle, "connected")
             await AuditRepository(conn).record(flow.principal, "connect", provider=provider.name, outcome="connected")
-
-
-def _check_provider_id_token(id_token: str, provider: ProviderConfig, nonce: str) -> None:
-    """Bind the provider's answer to this authorization request (nonce, audience, issuer).
-
-    The ID token came straight from the token endpoint over the server's own connection, so, as OIDC Core
-    §3.1.3.7 allows, TLS stands in for the signature check; the claims still have to match.
-    """
-    try:
-        claims = jwt.decode(id_token, options={"verify_signature": False})
-    except jwt.InvalidTokenError:
-        raise OAuthFailure("invalid_id_token") from None
-    aud = claims.get("aud")
-    audiences: list[object] = list(aud) if isinstance(aud, list) else [aud]
-    if claims.get("nonce") != nonce or provider.client_id not in audiences:
-        raise OAuthFailure("id_token_mismatch")
-    if provider.issuer is not None and str(claims.get("iss", "")).rstrip("/") != provider.issuer:
-        raise OAuthFailure("id_token_mismatch")
 
 
 __all__ = ["CALLBACK_PATH", "CONNECT_PATH", "Connections", "Disconnected", "NotFound"]

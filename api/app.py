@@ -20,9 +20,10 @@ from mcp.server.mcpserver import MCPServer
 from opentelemetry.trace import TracerProvider
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from api.auth import IssuerMetadata, JwksCache, JwtVerifier
+from api.auth import JwtVerifier
 from api.commands.purge import RetentionPolicy, purge_periodically
 from api.draining import Drain
+from api.jose import IssuerMetadata, JwksCache
 from api.logs import install_access_log_redaction, principal_digest_key
 from api.mcp.endpoint import McpEndpoint, transport_security
 from api.mcp.observer import ToolCallObserver

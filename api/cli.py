@@ -68,9 +68,11 @@ def run_http_server(app: "Litestar", settings: Settings, *, host: str, port: int
     import uvicorn
 
     from api.draining import Drain, DrainingServer
+    from api.gc_policy import freeze_startup_objects
     from api.http_guard import guarded_protocol
 
     configure_logging(settings)
+    freeze_startup_objects()  # keeps start-up objects out of every GC pass (the p99; see api/gc_policy.py)
     config = uvicorn.Config(
         app,
         host=host,

@@ -392,10 +392,13 @@ class Settings(RetentionSettings, VaultKeySettings):
                 or parts.path not in {"", "/"}
                 or parts.query
                 or parts.fragment
+                or parts.username is not None
+                or "*" in parts.netloc
+                or parts.port == {"http": 80, "https": 443}[parts.scheme]
             ):
                 raise ValueError(
                     f"CORS_ALLOWED_ORIGINS: entry #{position} is not an origin: write scheme://host[:port] "
-                    "(e.g. https://app.example.com), no path and no wildcard"
+                    "(e.g. https://app.example.com), no path, no wildcard and no default port"
                 )
             # Browsers send the origin in this serialisation: lower-case scheme and host, no trailing slash.
             origins.append(f"{parts.scheme.lower()}://{parts.netloc.lower()}")

@@ -1,9 +1,12 @@
-"""Encryption of third-party tokens at rest: AES-256-GCM under a key ring, bound to the row.
+"""The one sealing primitive: AES-256-GCM under a key ring, bound to associated data.
 
-Modelled on the ``mcp`` SDK's ``AESGCMRequestStateCodec``, with the differences a database needs:
+It seals third-party tokens at rest (bound to the row) and, under another purpose, the browser
+cookies of ``/connect`` (:mod:`api.oauth.session`). Modelled on the ``mcp`` SDK's
+``AESGCMRequestStateCodec``, with the differences a database needs:
 
-* Each ring secret (>= 32 bytes) is stretched with HKDF-SHA256 under an info string of this
-  vault's own, so the same secret reused for request-state sealing yields an unrelated key.
+* Each ring secret (>= 32 bytes) is stretched with HKDF-SHA256 under an info string naming the
+  cipher's ``purpose`` (``coatcheck/<purpose>/v1/aes-256-gcm``), so the same secret used for the
+  vault, the cookies or request-state sealing yields unrelated keys.
 * A sealed value reads ``v1.<kid>.<b64url(nonce || ciphertext || tag)>``. ``kid`` is 4 bytes
   of ``sha256(label || key)`` in hex: it names the key without revealing it, lets decryption
   find the key at once, and lets SQL find rows under an old key (``NOT LIKE 'v1.<kid>.%'``).
@@ -30,12 +33,11 @@ from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from store.errors import DecryptError
 
-__all__ = ["FORMAT_VERSION", "DecryptError", "TokenCipher", "associated_data"]
+__all__ = ["FORMAT_VERSION", "VAULT", "DecryptError", "TokenCipher", "associated_data", "derive_key"]
 
 FORMAT_VERSION = "v1"
 MIN_KEY_BYTES = 32
-_KDF_INFO = b"coatcheck/token-vault/v1/aes-256-gcm"
-_KID_LABEL = b"coatcheck/token-vault/v1/kid:"
+VAULT = "token-vault"
 _KID_BYTES = 4
 _NONCE_BYTES = 12
 _TAG_BYTES = 16
@@ -45,6 +47,11 @@ _PREFIX = FORMAT_VERSION + "."
 def associated_data(*parts: str | int) -> bytes:
     """Canonical, unambiguous associated data for a stored value (a JSON array of its parts)."""
     return json.dumps(list(parts), separators=(",", ":"), ensure_ascii=True).encode()
+
+
+def derive_key(secret: bytes, info: bytes) -> bytes:
+    """A 32-byte key for one use (``info`` names it) from a ring secret: HKDF-SHA256, no salt."""
+    return HKDF(algorithm=SHA256(), length=32, salt=None, info=info).derive(bytes(secret))
 
 
 def _b64u(data: bytes) -> str:
@@ -59,12 +66,16 @@ def _b64u_decode(text: str) -> bytes:
 
 
 class TokenCipher:
-    """AES-256-GCM over a key ring: ``keys[0]`` encrypts, every key decrypts."""
+    """AES-256-GCM over a key ring: ``keys[0]`` encrypts, every key decrypts.
+
+    ``purpose`` is the key-derivation label: ciphers of different purposes over the same ring share
+    no key, so a value sealed for one never opens in another.
+    """
 
     __slots__ = ("_current_kid", "_ring")
 
-    def __init__(self, keys: Sequence[bytes]) -> None:
-        """Derive one AES-256 key and key id per ring secret.
+    def __init__(self, keys: Sequence[bytes], *, purpose: str = VAULT) -> None:
+        """Derive one AES-256 key and key id per ring secret, labelled with ``purpose``.
 
         Raises:
             TypeError: a key is not ``bytes`` (nothing is coerced).
@@ -78,8 +89,8 @@ class TokenCipher:
                 raise TypeError(f"token keys must be bytes; keys[{position}] is {type(secret).__name__}")
             if len(secret) < MIN_KEY_BYTES:
                 raise ValueError(f"token keys must be at least {MIN_KEY_BYTES} bytes; keys[{position}] is shorter")
-            key = HKDF(algorithm=SHA256(), length=32, salt=None, info=_KDF_INFO).derive(bytes(secret))
-            kid = hashlib.sha256(_KID_LABEL + key).digest()[:_KID_BYTES].hex()
+            key = derive_key(secret, f"coatcheck/{purpose}/v1/aes-256-gcm".encode())
+            kid = hashlib.sha256(f"coatcheck/{purpose}/v1/kid:".encode() + key).digest()[:_KID_BYTES].hex()
             if kid in self._ring:
                 raise ValueError(f"keys[{position}] repeats an earlier key")
             self._ring[kid] = AESGCM(key)

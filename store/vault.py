@@ -102,7 +102,12 @@ _STORE = (
         updated_at=func.now(),
     )
 )
-_NEEDS_REAUTH = update(_conn_t).where(_OWNED).values(status="needs_reauth", updated_at=func.now())
+# Also takes the refresh lease away, so a refresh in flight cannot write "connected" back over the verdict.
+_NEEDS_REAUTH = (
+    update(_conn_t)
+    .where(_OWNED)
+    .values(status="needs_reauth", updated_at=func.now(), refresh_lease_id=None, refresh_lease_until=None)
+)
 _DELETE = delete(_conn_t).where(_OWNED).returning(*FULL_COLUMNS)
 
 

@@ -263,3 +263,20 @@ def test_both_provider_sources_at_once_stop_start_up(
     monkeypatch.setenv("PROVIDERS", "{}")
     with pytest.raises(SettingsError, match="set PROVIDERS_FILE or PROVIDERS, not both"):
         Settings.from_env()
+
+
+@pytest.mark.parametrize(
+    "origin",
+    ["https://*.example.com", "https://app.example.com:443", "http://app.example.com:80", "https://u@app.example.com"],
+)
+def test_a_cors_origin_that_no_browser_would_send_stops_start_up(
+    env: dict[str, str], monkeypatch: pytest.MonkeyPatch, origin: str
+) -> None:
+    monkeypatch.setenv("CORS_ALLOWED_ORIGINS", origin)
+    with pytest.raises(SettingsError, match="CORS_ALLOWED_ORIGINS: entry #1 is not an origin"):
+        Settings.from_env()
+
+
+def test_cors_origins_are_kept_in_the_form_browsers_send(env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CORS_ALLOWED_ORIGINS", "HTTPS://App.Example.com, http://localhost:5173")
+    assert Settings.from_env().cors_allowed_origins == ["https://app.example.com", "http://localhost:5173"]

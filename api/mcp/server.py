@@ -7,6 +7,7 @@ from mcp.server.auth.settings import AuthSettings
 from mcp.server.mcpserver import MCPServer, RequestStateSecurity
 
 from api.auth import JwtVerifier
+from api.mcp import sdk_hooks
 from api.mcp.capabilities import AdvertisedCapabilities
 from api.mcp.cursors import CursorSigner
 from api.mcp.tools_carts import register_cart_tools
@@ -51,6 +52,7 @@ def build_mcp_server(
         middleware=[advertised],
     )
     advertised.bind(mcp)
+    sdk_hooks.install(mcp)  # skip the SDK's no-op spans and empty Mcp-Param checks (api/mcp/sdk_hooks.py)
     cursors = CursorSigner(settings.state_key_ring)
     register_cart_tools(
         mcp,

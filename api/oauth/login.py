@@ -1,22 +1,21 @@
 """Sign the browser in with OpenID Connect at ``OIDC_ISSUER``, the same server that issues MCP tokens.
 
-Authorization code + PKCE as the confidential client ``OIDC_CLIENT_ID``. The ID token is verified in full:
+Authorization code + PKCE as the confidential client ``OIDC_CLIENT_ID``. The ID token is verified in full
+by authlib's OIDC validation (:func:`api.jose.verify_id_token`, shared with the providers' ID tokens):
 signature against the issuer's JWKS (the same cache the MCP token verifier uses), ``iss`` equal to
 ``OIDC_ISSUER``, ``aud`` containing ``OIDC_CLIENT_ID`` (and ``azp`` equal to it when there are several
-audiences), ``exp``/``iat``, and ``nonce`` equal to the one this browser was sent with. The result is the
-(issuer, subject) pair, which is exactly how an MCP principal is named, so /connect can compare them.
+audiences), ``exp``/``iat``, ``at_hash`` when present, and ``nonce`` equal to the one this browser was sent
+with. The result is the (issuer, subject) pair, which is exactly how an MCP principal is named, so /connect
+can compare them.
 
 The authorization endpoint is the public one from the issuer's metadata (the browser goes there); the
 token endpoint is reached through ``OIDC_ISSUER_INTERNAL_URL`` when set, like the JWKS.
 """
 
-import hmac
 import logging
 from typing import Any
 
-import jwt
-
-from api.auth import ALGORITHMS, IssuerMetadata, IssuerUnavailable, JwksCache
+from api.jose import IssuerMetadata, IssuerUnavailable, JwksCache, JwtRejected, verify_id_token
 from api.oauth.client import OAuthClient, OAuthFailure
 from api.oauth.session import BrowserSession
 
@@ -95,43 +94,24 @@ class OidcLogin:
             raise LoginFailed(f"code exchange failed ({exc.error})") from None
         if tokens.id_token is None:
             raise LoginFailed("the token response has no ID token")
-        return await self.verify_id_token(tokens.id_token, nonce=nonce)
+        return await self.verify_id_token(tokens.id_token, nonce=nonce, access_token=tokens.access_token)
 
-    async def verify_id_token(self, id_token: str, *, nonce: str) -> BrowserSession:
+    async def verify_id_token(self, id_token: str, *, nonce: str, access_token: str | None = None) -> BrowserSession:
         """Check signature, issuer, audience, lifetime and nonce (OIDC Core §3.1.3.7).
 
         Raises:
             LoginFailed: naming the check that failed.
         """
         try:
-            header = jwt.get_unverified_header(id_token)
-        except jwt.InvalidTokenError:
-            raise LoginFailed("malformed ID token") from None
-        kid = header.get("kid")
-        if header.get("alg") not in ALGORITHMS or not isinstance(kid, str):
-            raise LoginFailed("ID token signed with an unexpected algorithm")
-        key = await self._jwks.key(kid)
-        if key is None:
-            raise LoginFailed("ID token signed by an unknown key")
-        try:
-            claims: dict[str, Any] = jwt.decode(
+            claims = await verify_id_token(
                 id_token,
-                key=key,
-                algorithms=list(ALGORITHMS),
-                audience=self._client_id,
-                issuer=self.issuer,
+                jwks=self._jwks,
+                issuers=[self.issuer],
+                client_id=self._client_id,
+                nonce=nonce,
                 leeway=self._leeway,
-                options={"require": ["iss", "sub", "aud", "exp", "iat"]},
+                access_token=access_token,
             )
-        except jwt.InvalidTokenError as exc:
-            raise LoginFailed(f"ID token rejected ({type(exc).__name__})") from None
-        audiences = claims["aud"] if isinstance(claims["aud"], list) else [claims["aud"]]
-        if len(audiences) > 1 and claims.get("azp") != self._client_id:
-            raise LoginFailed("ID token has several audiences and another authorized party")
-        claimed_nonce = claims.get("nonce")
-        if not isinstance(claimed_nonce, str) or not hmac.compare_digest(claimed_nonce, nonce):
-            raise LoginFailed("ID token nonce does not match this login")
-        subject = claims["sub"]
-        if not isinstance(subject, str) or not subject:
-            raise LoginFailed("ID token has no subject")
-        return BrowserSession(issuer=self.issuer, subject=subject)
+        except JwtRejected as exc:
+            raise LoginFailed(f"ID token {exc}") from None
+        return BrowserSession(issuer=self.issuer, subject=str(claims["sub"]))

@@ -12,13 +12,19 @@ a table per provider name.
     token_endpoint = "http://idp:9400/token"               # server-facing
     userinfo_endpoint = "http://idp:9400/me"
     revocation_endpoint = "http://idp:9400/token/revocation"
+    jwks_uri = "http://idp:9400/jwks"                      # server-facing; verifies the ID token's signature
     client_id = "coatcheck-demo"
     client_secret_env = "DEMO_CLIENT_SECRET"               # the secret itself stays in the environment
     scopes = ["openid", "profile", "email"]
 
-Explicit endpoints win over discovered ones, which is how a container that reaches the provider under
+Explicit endpoints (and ``jwks_uri``) win over discovered ones, which is how a container that reaches the provider under
 another host name than the browser does (compose) is configured. Client secrets are never written in the
 document: ``client_secret_env`` names the environment variable holding one.
+
+A provider's ID token (scope ``openid``) is validated by :func:`api.jose.verify_id_token`; its signature is
+checked whenever the provider's keys are known: ``jwks_uri`` is set, or discovery runs (an endpoint is left
+to it) and the metadata names one. A provider given every endpoint and no ``jwks_uri`` gets the claim checks
+only, the TLS connection to its token endpoint standing in for the signature (OIDC Core §3.1.3.7).
 """
 
 import json
@@ -33,6 +39,8 @@ from urllib.parse import urlsplit
 
 import httpx2
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+
+from api.jose import IssuerMetadata, IssuerUnavailable, JwksCache, verify_id_token
 
 logger = logging.getLogger(__name__)
 
@@ -62,6 +70,7 @@ class ProviderConfig(BaseModel):
     token_endpoint: str | None = None
     userinfo_endpoint: str | None = None
     revocation_endpoint: str | None = None
+    jwks_uri: str | None = None
     client_id: str = Field(min_length=1)
     client_secret_env: str | None = None
     client_secret: SecretStr | None = Field(default=None, exclude=True)
@@ -81,7 +90,7 @@ class ProviderConfig(BaseModel):
     def _issuer(cls, value: str | None) -> str | None:
         return None if value is None else (_absolute_url(value, "issuer") or "").rstrip("/")
 
-    @field_validator("authorization_endpoint", "token_endpoint", "userinfo_endpoint", "revocation_endpoint")
+    @field_validator("authorization_endpoint", "token_endpoint", "userinfo_endpoint", "revocation_endpoint", "jwks_uri")
     @classmethod
     def _endpoint(cls, value: str | None) -> str | None:
         return _absolute_url(value, "an endpoint")
@@ -207,6 +216,7 @@ class ProviderEndpoints:
     userinfo: str | None
     revocation: str | None
     issuer: str | None
+    jwks: JwksCache | None = field(default=None, compare=False)
 
 
 class ProviderUnavailable(Exception):  # noqa: N818 - a verdict
@@ -215,10 +225,15 @@ class ProviderUnavailable(Exception):  # noqa: N818 - a verdict
 
 @dataclass
 class ProviderRegistry:
-    """The configured providers, with their endpoints discovered lazily and cached for the process."""
+    """The configured providers, with their endpoints discovered lazily and cached for the process.
+
+    ``leeway`` is the clock skew allowed on a provider's ID token; ``jwks_ttl`` how long its keys are cached.
+    """
 
     providers: tuple[ProviderConfig, ...]
     http: httpx2.AsyncClient
+    leeway: int = 60
+    jwks_ttl: float = 3600.0
     _endpoints: dict[str, ProviderEndpoints] = field(default_factory=dict)
 
     @property
@@ -246,41 +261,52 @@ class ProviderRegistry:
             return cached
         metadata: dict[str, Any] = {}
         explicit = (provider.authorization_endpoint, provider.token_endpoint, provider.userinfo_endpoint)
-        if provider.issuer is not None and any(value is None for value in explicit):
-            metadata = await self._discover(provider)
+        issuer = IssuerMetadata(provider.issuer, self.http) if provider.issuer is not None else None
+        if issuer is not None and any(value is None for value in explicit):
+            try:
+                metadata = await issuer.document()
+            except IssuerUnavailable as exc:
+                logger.warning("discovery for provider %s failed: %s", provider.name, exc)
+                if exc.unreachable:
+                    raise ProviderUnavailable(f"{provider.label} cannot be reached right now") from None
+                raise ProviderUnavailable(f"{provider.label} publishes no usable OAuth metadata") from None
         authorization = provider.authorization_endpoint or metadata.get("authorization_endpoint")
         token = provider.token_endpoint or metadata.get("token_endpoint")
         if not isinstance(authorization, str) or not isinstance(token, str):
             raise ProviderUnavailable(f"{provider.label} publishes no authorization or token endpoint")
         userinfo = provider.userinfo_endpoint or metadata.get("userinfo_endpoint")
         revocation = provider.revocation_endpoint or metadata.get("revocation_endpoint")
+        jwks_uri = provider.jwks_uri or metadata.get("jwks_uri")
+        jwks = JwksCache(issuer, self.http, ttl=self.jwks_ttl, jwks_uri=jwks_uri) if isinstance(jwks_uri, str) else None
         endpoints = ProviderEndpoints(
             authorization=authorization,
             token=token,
             userinfo=userinfo if isinstance(userinfo, str) else None,
             revocation=revocation if isinstance(revocation, str) else None,
             issuer=provider.issuer,
+            jwks=jwks,
         )
         self._endpoints[provider.name] = endpoints
         return endpoints
 
-    async def _discover(self, provider: ProviderConfig) -> dict[str, Any]:
-        if provider.issuer is None:
-            return {}
-        for suffix in ("/.well-known/openid-configuration", "/.well-known/oauth-authorization-server"):
-            try:
-                response = await self.http.get(provider.issuer + suffix)
-            except httpx2.HTTPError as exc:
-                logger.warning("discovery for provider %s failed: %s", provider.name, type(exc).__name__)
-                raise ProviderUnavailable(f"{provider.label} cannot be reached right now") from None
-            if response.status_code != 200:
-                continue
-            try:
-                metadata = response.json()
-            except ValueError:
-                continue
-            if isinstance(metadata, dict) and metadata.get("issuer", "").rstrip("/") == provider.issuer:
-                return metadata
-            logger.warning("discovery for provider %s returned metadata of another issuer", provider.name)
-            break
-        raise ProviderUnavailable(f"{provider.label} publishes no usable OAuth metadata")
+    async def verify_id_token(
+        self, provider: ProviderConfig, id_token: str, *, nonce: str, access_token: str | None
+    ) -> dict[str, Any]:
+        """The claims of the provider's ID token for this authorization request (see the module docstring).
+
+        Raises:
+            JwtRejected: naming the check that failed.
+            ProviderUnavailable: discovery was needed and failed.
+        """
+        endpoints = await self.endpoints(provider)
+        # Configuration drops an issuer's trailing slash; the token's ``iss`` is the provider's exact string.
+        issuers = None if provider.issuer is None else [provider.issuer, provider.issuer + "/"]
+        return await verify_id_token(
+            id_token,
+            jwks=endpoints.jwks,
+            issuers=issuers,
+            client_id=provider.client_id,
+            nonce=nonce,
+            leeway=self.leeway,
+            access_token=access_token,
+        )

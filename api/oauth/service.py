@@ -19,8 +19,8 @@ from datetime import timedelta
 from typing import Any, Literal
 
 import httpx2
-import jwt
 
+from api.jose import JwtRejected
 from api.oauth.client import (
     ClientCredentials,
     OAuthClient,
@@ -130,21 +130,29 @@ class Connections:
         client = self.client(provider)
 
         async def refresh(refresh_token: str) -> TokenSet:
-            outcome = "failed"
+            # The outcome is known only once the answer is parsed: a malformed answer is a failure, not "ok".
             try:
                 response = await client.refresh(endpoints.token, refresh_token)
-                outcome = "ok"
+                tokens = self._token_set(provider, response, keep_scopes=True)
             except OAuthFailure as exc:
+                self._count_refresh("invalid_grant" if exc.invalid_grant else "failed")
                 if exc.invalid_grant:
-                    outcome = "invalid_grant"
                     raise InvalidGrant from None
                 raise
-            finally:
-                if self._record_refresh is not None:
-                    self._record_refresh(outcome)
-            return self._token_set(provider, response, keep_scopes=True)
+            except BaseException:
+                self._count_refresh("failed")
+                raise
+            self._count_refresh("ok")
+            return tokens
 
-        return await self.refresher.usable_tokens(principal, provider.name, refresh)
+        async def discard(tokens: TokenSet) -> str:
+            return await self._revoke(provider, tokens)
+
+        return await self.refresher.usable_tokens(principal, provider.name, refresh, discard)
+
+    def _count_refresh(self, outcome: str) -> None:
+        if self._record_refresh is not None:
+            self._record_refresh(outcome)
 
     async def mark_needs_reauth(self, principal: Principal, provider: ProviderConfig, reason: str) -> None:
         async with self.database.transaction() as conn:
@@ -201,9 +209,12 @@ class Connections:
     ) -> Disconnected:
         """Forget the tokens, then revoke them upstream (refresh token first, RFC 7009). Idempotent.
 
-        Deleting first means a concurrent refresh (which locks the row) finds nothing afterwards; a
-        revocation that fails is reported and audited, the local tokens are gone either way. ``by`` names
-        who asked when it was not the user (``"operator"``), in the audit entries' detail.
+        No lock is taken: a refresh holds a lease, not a row lock (:mod:`store.token_refresh`). Deleting
+        first means a refresh that starts afterwards finds nothing, and one already in flight has its
+        lease-conditional write-back refused; it then finds the row gone, revokes the tokens it was just
+        given and answers "not connected" (:class:`~api.oauth.refresh.TokenRefresher`). A revocation that
+        fails is reported and audited, the local tokens are gone either way. ``by`` names who asked when
+        it was not the user (``"operator"``), in the audit entries' detail.
         """
         async with self.database.transaction() as conn:
             tokens = await VaultRepository(conn, self.cipher).delete(principal, provider.name)
@@ -308,31 +319,20 @@ class Connections:
             endpoints.token, code=code, code_verifier=consumed.code_verifier, redirect_uri=self.callback_uri
         )
         if response.id_token is not None and consumed.nonce is not None:
-            _check_provider_id_token(response.id_token, provider, consumed.nonce)
+            # Binds the provider's answer to this authorization request (nonce, audience, issuer, signature).
+            try:
+                await self.registry.verify_id_token(
+                    provider, response.id_token, nonce=consumed.nonce, access_token=response.access_token
+                )
+            except JwtRejected as exc:
+                logger.warning("provider %s returned an ID token that was refused: %s", provider.name, exc)
+                raise OAuthFailure("id_token_mismatch" if exc.claim else "invalid_id_token") from None
         tokens = self._token_set(provider, response, keep_scopes=False)
         flow = consumed.flow
         async with self.database.transaction() as conn:
             await VaultRepository(conn, self.cipher).save(flow.principal, provider.name, tokens)
             await FlowRepository(conn, self.cipher).finish(flow.handle, "connected")
             await AuditRepository(conn).record(flow.principal, "connect", provider=provider.name, outcome="connected")
-
-
-def _check_provider_id_token(id_token: str, provider: ProviderConfig, nonce: str) -> None:
-    """Bind the provider's answer to this authorization request (nonce, audience, issuer).
-
-    The ID token came straight from the token endpoint over the server's own connection, so, as OIDC Core
-    §3.1.3.7 allows, TLS stands in for the signature check; the claims still have to match.
-    """
-    try:
-        claims = jwt.decode(id_token, options={"verify_signature": False})
-    except jwt.InvalidTokenError:
-        raise OAuthFailure("invalid_id_token") from None
-    aud = claims.get("aud")
-    audiences: list[object] = list(aud) if isinstance(aud, list) else [aud]
-    if claims.get("nonce") != nonce or provider.client_id not in audiences:
-        raise OAuthFailure("id_token_mismatch")
-    if provider.issuer is not None and str(claims.get("iss", "")).rstrip("/") != provider.issuer:
-        raise OAuthFailure("id_token_mismatch")
 
 
 __all__ = ["CALLBACK_PATH", "CONNECT_PATH", "Connections", "Disconnected", "NotFound"]

@@ -1,10 +1,13 @@
 """Sealed, short-lived browser cookies: the signed-in subject, and a login in progress.
 
-Both cookies are AES-256-GCM sealed (so they are signed and unreadable) under a key derived with HKDF
-from the ``TOKEN_ENCRYPTION_KEYS`` ring: no extra secret to manage, and a different key than the token
-vault's because the HKDF info differs. ``keys[0]`` seals; every ring key opens, so a rotation does not
-sign everybody out. The cookie name and an expiry are inside the sealed payload, so a login cookie cannot
-be replayed as a session cookie and an old cookie stops working even if a browser keeps it.
+Both cookies are sealed (so they are signed and unreadable) by the token vault's primitive,
+:class:`store.crypto.TokenCipher`, over the ``TOKEN_ENCRYPTION_KEYS`` ring under a purpose of their own
+(HKDF info ``coatcheck/browser-cookie/v1/aes-256-gcm``): no extra secret to manage, and no key shared with
+the vault. ``keys[0]`` seals; every ring key opens, so a rotation does not sign everybody out. The cookie
+name is the associated data, and the name and an expiry are inside the sealed payload, so a login cookie
+cannot be replayed as a session cookie and an old cookie stops working even if a browser keeps it. (The
+value reads ``v1.<kid>.<b64url>`` since the cookies moved onto that primitive; a cookie in the older bare
+format no longer opens, which only means signing in again.)
 
 Cookie attributes: ``HttpOnly``, ``SameSite=Lax`` (the IdP's redirect back to us is a top-level GET, which
 Lax allows), ``Path=/``, a ``Max-Age`` equal to the payload's lifetime. On an https ``PUBLIC_URL`` they are
@@ -17,31 +20,23 @@ import base64
 import hashlib
 import hmac
 import json
-import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from cryptography.exceptions import InvalidTag
-from cryptography.hazmat.primitives.ciphers.aead import AESGCM
-from cryptography.hazmat.primitives.hashes import SHA256
-from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from litestar.datastructures import Cookie
 
-_INFO = b"coatcheck/browser-cookie/v1/aes-256-gcm"
+from store.crypto import DecryptError, TokenCipher, derive_key
+
+COOKIE_PURPOSE = "browser-cookie"
 _SIGNOUT_INFO = b"coatcheck/browser-signout/v1/hmac-sha256"
-_NONCE = 12
 SESSION = "session"
 LOGIN = "login"
 
 
 def _b64(data: bytes) -> str:
     return base64.urlsafe_b64encode(data).decode().rstrip("=")
-
-
-def _unb64(text: str) -> bytes:
-    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,10 +63,8 @@ class CookieJar:
     def __init__(self, keys: Sequence[bytes], *, secure: bool, session_seconds: int, login_seconds: int) -> None:
         if not keys:
             raise ValueError("the cookie key ring needs at least one key")
-        self._aeads = [AESGCM(HKDF(algorithm=SHA256(), length=32, salt=None, info=_INFO).derive(k)) for k in keys]
-        self._signout_keys = [
-            HKDF(algorithm=SHA256(), length=32, salt=None, info=_SIGNOUT_INFO).derive(k) for k in keys
-        ]
+        self._cipher = TokenCipher(keys, purpose=COOKIE_PURPOSE)
+        self._signout_keys = [derive_key(k, _SIGNOUT_INFO) for k in keys]
         self.secure = secure
         self.session_seconds = session_seconds
         self.login_seconds = login_seconds
@@ -81,34 +74,21 @@ class CookieJar:
 
     def _seal(self, kind: str, payload: dict[str, Any], lifetime: int) -> str:
         body = json.dumps({**payload, "k": kind, "exp": int(time.time()) + lifetime}, separators=(",", ":"))
-        nonce = os.urandom(_NONCE)
-        return _b64(nonce + self._aeads[0].encrypt(nonce, body.encode(), self.name(kind).encode()))
+        return self._cipher.encrypt(body, aad=self.name(kind).encode())
 
     def _open(self, kind: str, sealed: str | None) -> dict[str, Any] | None:
         if not sealed or len(sealed) > 4096:
             return None
         try:
-            raw = _unb64(sealed)
-        except ValueError:
+            payload = json.loads(self._cipher.decrypt(sealed, aad=self.name(kind).encode()))
+        except (DecryptError, ValueError):
             return None
-        if len(raw) <= _NONCE:
+        if not isinstance(payload, dict) or payload.get("k") != kind:
             return None
-        for aead in self._aeads:
-            try:
-                plain = aead.decrypt(raw[:_NONCE], raw[_NONCE:], self.name(kind).encode())
-            except InvalidTag:
-                continue
-            try:
-                payload = json.loads(plain)
-            except ValueError:
-                return None
-            if not isinstance(payload, dict) or payload.get("k") != kind:
-                return None
-            expires = payload.get("exp")
-            if not isinstance(expires, int) or expires < time.time():
-                return None
-            return payload
-        return None
+        expires = payload.get("exp")
+        if not isinstance(expires, int) or expires < time.time():
+            return None
+        return payload
 
     def _cookie(self, kind: str, value: str, max_age: int) -> Cookie:
         return Cookie(
@@ -156,7 +136,10 @@ class CookieJar:
     def signout_token_matches(self, sealed_session: str, token: str) -> bool:
         """Whether ``token`` is :meth:`signout_token` of ``sealed_session`` under any ring key."""
         return any(
-            hmac.compare_digest(_b64(hmac.new(key, sealed_session.encode(), hashlib.sha256).digest()), token)
+            hmac.compare_digest(
+                _b64(hmac.new(key, sealed_session.encode(), hashlib.sha256).digest()).encode(),
+                token.encode("utf-8", "replace"),
+            )
             for key in self._signout_keys
         )
 

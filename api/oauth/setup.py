@@ -7,7 +7,7 @@ from urllib.parse import urlsplit
 import httpx2
 from litestar.handlers import HTTPRouteHandler
 
-from api.auth import IssuerMetadata, JwksCache
+from api.jose import IssuerMetadata, JwksCache
 from api.oauth.client import ClientCredentials, OAuthClient
 from api.oauth.login import OidcLogin
 from api.oauth.providers import ProviderRegistry
@@ -37,7 +37,12 @@ def build_connections(
     return Connections(
         database=database,
         cipher=TokenCipher(settings.token_key_ring),
-        registry=ProviderRegistry(providers=settings.provider_configs, http=http),
+        registry=ProviderRegistry(
+            providers=settings.provider_configs,
+            http=http,
+            leeway=settings.jwt_leeway_seconds,
+            jwks_ttl=settings.jwks_cache_seconds,
+        ),
         http=http,
         public_url=settings.public_url,
         flow_ttl=timedelta(seconds=settings.connect_flow_ttl_seconds),

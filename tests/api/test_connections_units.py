@@ -5,20 +5,25 @@ import json
 import logging
 import secrets
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx2
 import jwt
 import pytest
 from cryptography.hazmat.primitives.asymmetric import rsa
+from joserfc.jwk import JWKRegistry, Key
 
-from api.auth import IssuerMetadata
+from api.jose import IssuerMetadata, JwtRejected
 from api.logs import RedactQueryStrings
 from api.oauth.client import ClientCredentials, OAuthClient
 from api.oauth.login import LoginFailed, OidcLogin
-from api.oauth.providers import ProviderConfigError, load_providers
-from api.oauth.session import LOGIN, SESSION, BrowserSession, CookieJar, LoginInProgress
+from api.oauth.providers import ProviderConfig, ProviderConfigError, ProviderRegistry, load_providers, parse_providers
+from api.oauth.session import COOKIE_PURPOSE, LOGIN, SESSION, BrowserSession, CookieJar, LoginInProgress
 from api.settings import Settings, SettingsError
+from store.crypto import DecryptError, TokenCipher
+from tests.support.json_server import serve_json
 
 DEMO_TOML = """
 [demo]
@@ -137,6 +142,15 @@ def test_a_session_cookie_round_trips_and_cannot_be_read_or_altered() -> None:
     assert _jar(secrets.token_bytes(32)).read_session({cookie.key: cookie.value}) is None
 
 
+def test_a_session_cookie_is_sealed_by_the_vault_primitive_under_its_own_label() -> None:
+    ring = [secrets.token_bytes(32)]
+    cookie = _jar(*ring).session_cookie(BrowserSession("https://idp", "alice"))
+    assert cookie.value is not None
+    assert cookie.value.startswith(TokenCipher(ring, purpose=COOKIE_PURPOSE).current_prefix)
+    with pytest.raises(DecryptError):
+        TokenCipher(ring).decrypt(cookie.value, aad=cookie.key.encode())
+
+
 def test_a_login_cookie_is_not_a_session_cookie_and_both_expire() -> None:
     jar = _jar(secrets.token_bytes(32))
     login = jar.login_cookie(LoginInProgress(state="s", nonce="n", code_verifier="v", flow="flow_x"))
@@ -173,9 +187,9 @@ class _Keys:
     def __init__(self) -> None:
         self.private = rsa.generate_private_key(public_exponent=65537, key_size=2048)
         jwk = json.loads(jwt.algorithms.RSAAlgorithm.to_jwk(self.private.public_key()))
-        self.jwk = jwt.PyJWK({**jwk, "kid": "k1", "alg": "RS256", "use": "sig"})
+        self.jwk = JWKRegistry.import_key({**jwk, "kid": "k1", "alg": "RS256", "use": "sig"})
 
-    async def key(self, kid: str) -> jwt.PyJWK | None:
+    async def key(self, kid: str) -> Key | None:
         return self.jwk if kid == "k1" else None
 
     def sign(self, claims: dict[str, Any], kid: str = "k1") -> str:
@@ -209,9 +223,10 @@ async def test_a_valid_id_token_names_the_issuer_and_subject() -> None:
     ("overrides", "kid", "reason"),
     [
         ({"nonce": "n-2"}, "k1", "nonce"),
-        ({"aud": "someone-else"}, "k1", "InvalidAudience"),
-        ({"iss": "https://evil.test"}, "k1", "InvalidIssuer"),
-        ({"exp": int(time.time()) - 10}, "k1", "ExpiredSignature"),
+        ({"aud": "someone-else"}, "k1", r"rejected \(invalid aud\)"),
+        ({"iss": "https://evil.test"}, "k1", r"rejected \(invalid iss\)"),
+        ({"exp": int(time.time()) - 10}, "k1", r"rejected \(expired\)"),
+        ({"sub": ""}, "k1", r"rejected \(invalid sub\)"),
         ({"aud": ["coatcheck-login", "other"], "azp": "other"}, "k1", "authorized party"),
         ({}, "unknown", "unknown key"),
     ],
@@ -228,6 +243,75 @@ async def test_an_unsigned_id_token_is_refused() -> None:
     unsigned = jwt.encode(_claims(), key="", algorithm="none", headers={"kid": "k1"})
     with pytest.raises(LoginFailed, match="unexpected algorithm"):
         await _login(_Keys()).verify_id_token(unsigned, nonce="n-1")
+
+
+# -- provider ID tokens -------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def jwks_server() -> Iterator[tuple[str, _Keys]]:
+    """A real HTTP server publishing one provider signing key at /jwks."""
+    keys = _Keys()
+    published = {"keys": [keys.jwk.as_dict(private=False)]}
+    with serve_json(lambda _, path: published if path == "/jwks" else None) as base:
+        yield f"{base}/jwks", keys
+
+
+def _provider(**extra: Any) -> ProviderConfig:
+    (provider,) = parse_providers(
+        {
+            "demo": {
+                "issuer": "https://idp.test",
+                "authorization_endpoint": "https://idp.test/auth",
+                "token_endpoint": "https://idp.test/token",
+                "userinfo_endpoint": "https://idp.test/me",
+                "client_id": "coatcheck-login",
+                "token_endpoint_auth_method": "none",
+                "scopes": ["openid"],
+                **extra,
+            }
+        },
+        environ={},
+    )
+    return provider
+
+
+async def test_a_provider_id_token_signed_by_its_published_key_is_accepted(jwks_server: tuple[str, _Keys]) -> None:
+    uri, keys = jwks_server
+    async with httpx2.AsyncClient() as http:
+        registry = ProviderRegistry(providers=(), http=http, leeway=0)
+        claims = await registry.verify_id_token(
+            _provider(jwks_uri=uri), keys.sign(_claims()), nonce="n-1", access_token=None
+        )
+    assert claims["sub"] == "alice"
+
+
+async def test_a_provider_id_token_with_a_bad_signature_is_refused(jwks_server: tuple[str, _Keys]) -> None:
+    uri, _ = jwks_server
+    forger = _Keys()  # another private key, claiming the published kid
+    async with httpx2.AsyncClient() as http:
+        registry = ProviderRegistry(providers=(), http=http, leeway=0)
+        with pytest.raises(JwtRejected, match="bad_signature") as refused:
+            await registry.verify_id_token(
+                _provider(jwks_uri=uri), forger.sign(_claims()), nonce="n-1", access_token=None
+            )
+    assert refused.value.claim is None
+
+
+@pytest.mark.parametrize(
+    ("overrides", "claim"),
+    [({"nonce": "n-2"}, "nonce"), ({"aud": "someone-else"}, "aud"), ({"iss": "https://evil.test"}, "iss")],
+)
+async def test_a_provider_id_token_for_another_request_is_refused_even_without_a_jwks(
+    overrides: dict[str, Any], claim: str
+) -> None:
+    async with httpx2.AsyncClient() as http:
+        registry = ProviderRegistry(providers=(), http=http, leeway=0)
+        with pytest.raises(JwtRejected) as refused:
+            await registry.verify_id_token(
+                _provider(), _Keys().sign(_claims(**overrides)), nonce="n-1", access_token=None
+            )
+    assert refused.value.claim == claim
 
 
 # -- logs ----------------------------------------------------------------------------------------------------

@@ -4,11 +4,9 @@ A real HTTP server plays the issuer's metadata and JWKS endpoints, so the cache 
 """
 
 import json
-import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import httpx2
@@ -16,8 +14,9 @@ import jwt
 import pytest
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
-from api.auth import IssuerMetadata, JwksCache, JwtVerifier
-from tests.support.waiting import free_port
+from api.auth import JwtVerifier
+from api.jose import IssuerMetadata, JwksCache
+from tests.support.json_server import serve_json
 
 RESOURCE = "https://coatcheck.test/mcp"
 
@@ -33,36 +32,19 @@ class FakeIssuer:
 
 @pytest.fixture
 def issuer() -> Iterator[FakeIssuer]:
-    port = free_port()
-    state = FakeIssuer(url=f"http://127.0.0.1:{port}")
+    state = FakeIssuer(url="")
 
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            if self.path == "/.well-known/openid-configuration":
-                body: dict[str, Any] = {"issuer": state.url, "jwks_uri": f"{state.url}/jwks"}
-            elif self.path == "/jwks":
-                state.jwks_fetches += 1
-                body = {"keys": state.keys}
-            else:
-                self.send_response(404)
-                self.end_headers()
-                return
-            data = json.dumps(body).encode()
-            self.send_response(200)
-            self.send_header("content-type", "application/json")
-            self.send_header("content-length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+    def answer(base: str, path: str) -> dict[str, Any] | None:
+        if path == "/.well-known/openid-configuration":
+            return {"issuer": base, "jwks_uri": f"{base}/jwks"}
+        if path == "/jwks":
+            state.jwks_fetches += 1
+            return {"keys": state.keys}
+        return None
 
-        def log_message(self, *_: object) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield state
-    server.shutdown()
-    server.server_close()
+    with serve_json(answer) as base:
+        state.url = base
+        yield state
 
 
 def _key(kid: str, alg: str) -> tuple[Any, dict[str, Any]]:

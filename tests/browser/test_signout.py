@@ -73,8 +73,14 @@ async def test_the_sign_out_button_ends_the_connect_session_and_forged_sign_outs
             headers={"Origin": server.base_url, "Cookie": f"{SESSION_COOKIE}={sealed}"},
             data={"token": "A" * 43},
         )
+        non_ascii_token = await http.post(
+            signout_url,
+            headers={"Origin": server.base_url, "Cookie": f"{SESSION_COOKIE}={sealed}"},
+            data={"token": "\u00e9" * 43},
+        )
     assert no_token.status_code == 403
     assert wrong_token.status_code == 403
+    assert non_ascii_token.status_code == 403
     assert "set-cookie" not in no_token.headers
     assert await _session_cookie(person) == sealed
     still_in = await person.open(signout_url)

@@ -1,8 +1,13 @@
 """TokenCipher: AES-256-GCM over a key ring, each value naming its key and bound to its associated data."""
 
+import base64
+import hashlib
 import secrets
 
 import pytest
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from cryptography.hazmat.primitives.hashes import SHA256
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from store.crypto import DecryptError, TokenCipher, associated_data
 
@@ -104,3 +109,23 @@ def test_the_cipher_repr_shows_no_key_material() -> None:
     assert NEW.decode() not in text
     assert OLD.decode() not in text
     assert "keys=2" in text
+
+
+def test_ciphers_of_different_purposes_over_one_ring_share_no_key() -> None:
+    vault, cookies = TokenCipher([NEW]), TokenCipher([NEW], purpose="browser-cookie")
+    sealed = cookies.encrypt("x", aad=AAD)
+    assert vault.current_prefix != cookies.current_prefix
+    with pytest.raises(DecryptError, match="unknown key"):
+        vault.decrypt(sealed, aad=AAD)
+    with pytest.raises(DecryptError, match="unknown key"):
+        cookies.decrypt(vault.encrypt("x", aad=AAD), aad=AAD)
+
+
+def test_the_vault_key_derivation_is_unchanged_so_stored_tokens_still_open() -> None:
+    # The vault's label before ciphers took a purpose: a row sealed then must open now.
+    key = HKDF(algorithm=SHA256(), length=32, salt=None, info=b"coatcheck/token-vault/v1/aes-256-gcm").derive(NEW)
+    kid = hashlib.sha256(b"coatcheck/token-vault/v1/kid:" + key).digest()[:4].hex()
+    nonce = secrets.token_bytes(12)
+    body = AESGCM(key).encrypt(nonce, b"stored-before", f"v1.{kid}.".encode() + AAD)
+    sealed = f"v1.{kid}." + base64.urlsafe_b64encode(nonce + body).decode().rstrip("=")
+    assert TokenCipher([NEW]).decrypt(sealed, aad=AAD) == "stored-before"

@@ -129,6 +129,24 @@ async def test_a_new_authorization_drops_the_lease_so_the_old_grants_write_back_
     assert (await _stored(database, owner)).access_token == "at-reconnected-SECRET"
 
 
+async def test_a_needs_reauth_verdict_drops_the_lease_so_a_refresh_in_flight_cannot_reconnect_it(
+    database: Database, new_principal: Callable[[], Principal]
+) -> None:
+    owner = new_principal()
+    await _save(database, owner, _tokens("old"))
+    lease = await _claim(database, owner)
+    assert lease is not None
+    async with database.one_statement() as conn:
+        await VaultRepository(conn, CIPHER).mark_needs_reauth(owner, "demo")
+    async with database.transaction() as conn:
+        assert not await store_refreshed(conn, CIPHER, lease, _tokens("late", expires_in=timedelta(hours=1)))
+    async with database.one_statement() as conn:
+        view = await read_for_refresh(conn, CIPHER, owner, "demo", skew=SKEW)
+    assert view is not None
+    assert view.status == "needs_reauth"
+    assert view.tokens.access_token == "at-old-SECRET"
+
+
 async def test_after_a_failure_nobody_claims_the_lease_until_the_cool_down_passes(
     database: Database, new_principal: Callable[[], Principal]
 ) -> None:

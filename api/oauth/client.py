@@ -93,12 +93,15 @@ class TokenResponse:
 class OAuthClient:
     """Authorization-code + PKCE, refresh and revocation for one client registration."""
 
-    def __init__(self, credentials: ClientCredentials) -> None:
+    def __init__(self, credentials: ClientCredentials, *, transport: httpx2.AsyncBaseTransport | None = None) -> None:
         self._credentials = credentials
+        self._transport = transport
 
     def _session(self, redirect_uri: str | None = None) -> Any:
         c = self._credentials
         options: dict[str, Any] = {"timeout": TIMEOUT, "follow_redirects": False, "trust_env": False}
+        if self._transport is not None:
+            options["transport"] = self._transport
         return AsyncOAuth2Client(
             client_id=c.client_id,
             client_secret=c.client_secret,

@@ -71,6 +71,7 @@ class Connections:
         wait_seconds: float,
         refresh_skew: timedelta,
         refresh_timing: RefreshTiming | None = None,
+        transport: httpx2.AsyncBaseTransport | None = None,
         record_refresh: Callable[[str], None] | None = None,
     ) -> None:
         self.database = database
@@ -82,6 +83,7 @@ class Connections:
         self.wait_seconds = wait_seconds
         self.refresh_skew = refresh_skew
         self.refresher = TokenRefresher(database, cipher, skew=refresh_skew, timing=refresh_timing)
+        self._transport = transport  # tests hold a provider's answers with it (a refresh racing a disconnect)
         self._record_refresh = record_refresh
 
     # -- shared -----------------------------------------------------------------------------------
@@ -98,7 +100,7 @@ class Connections:
         credentials = ClientCredentials(
             client_id=provider.client_id, client_secret=secret, auth_method=provider.token_endpoint_auth_method
         )
-        return OAuthClient(credentials)
+        return OAuthClient(credentials, transport=self._transport)
 
     def _token_set(self, provider: ProviderConfig, response: TokenResponse, *, keep_scopes: bool) -> TokenSet:
         # An omitted scope means "as requested" on a code exchange and "unchanged" on a refresh.

@@ -7,6 +7,7 @@ from mcp.server.auth.settings import AuthSettings
 from mcp.server.mcpserver import MCPServer, RequestStateSecurity
 
 from api.auth import JwtVerifier
+from api.mcp import sdk_hooks
 from api.mcp.capabilities import AdvertisedCapabilities
 from api.mcp.cursors import CursorSigner
 from api.mcp.tools_carts import register_cart_tools
@@ -29,7 +30,7 @@ LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]
 
 
 def build_mcp_server(
-    settings: Settings, database: Database, verifier: JwtVerifier, *, connections: Connections | None = None
+    settings: Settings, database: Database, verifier: JwtVerifier, connections: Connections
 ) -> MCPServer:
     """The production MCP server: every tool, auth required, requestState sealed under the shared ring."""
     advertised = AdvertisedCapabilities()
@@ -51,6 +52,7 @@ def build_mcp_server(
         middleware=[advertised],
     )
     advertised.bind(mcp)
+    sdk_hooks.install(mcp)  # skip the SDK's no-op spans and empty Mcp-Param checks (api/mcp/sdk_hooks.py)
     cursors = CursorSigner(settings.state_key_ring)
     register_cart_tools(
         mcp,
@@ -61,6 +63,5 @@ def build_mcp_server(
         idempotency_key_ttl=timedelta(seconds=settings.idempotency_key_ttl_seconds),
     )
     register_order_tools(mcp, database, cursors=cursors)
-    if connections is not None:
-        register_connection_tools(mcp, connections)
+    register_connection_tools(mcp, connections)
     return mcp

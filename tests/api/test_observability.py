@@ -27,10 +27,10 @@ from mcp import Client
 from mcp.shared.exceptions import MCPError
 from prometheus_client.parser import text_string_to_metric_families
 
-from store.connections import ConnectionRepository, TokenSet
 from store.crypto import TokenCipher
 from store.db import Database
 from store.principal import Principal
+from store.vault import TokenSet, VaultRepository
 from tests.support.devidp import DevIdP
 from tests.support.mcp_client import connect
 from tests.support.mrtr import ScriptedUser, confirms
@@ -323,7 +323,7 @@ async def test_a_refused_token_refresh_is_counted(
         scopes=("openid",),
     )
     async with database.transaction() as conn:
-        await ConnectionRepository(conn, cipher).save(Principal(devidp.issuer, user), "demo", expired)
+        await VaultRepository(conn, cipher).save(Principal(devidp.issuer, user), "demo", expired)
     _, before = _metrics(observed)
     async with _client(devidp, observed, user) as connected:
         # The refresh is refused, so the tool goes on to ask for a new connection, which this client cannot show.

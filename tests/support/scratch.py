@@ -11,7 +11,7 @@ from contextlib import contextmanager
 
 from sqlalchemy.engine import make_url
 
-from store.schema import upgrade
+from store.migrations import upgrade
 from tests.support.databases import create_database, drop_database
 
 

@@ -27,15 +27,13 @@ from pydantic import BaseModel, Field
 
 from api.auth import current_principal
 from api.mcp.arguments import NO_CONTROL_CHARACTERS
+from api.mcp.errors import provider_step, tool_errors
 from api.mcp.results import compact
 from api.mcp.rounds import dump_state, load_state, require_elicitation, require_multi_round_trip
-from api.oauth.client import OAuthFailure, Unauthorized
-from api.oauth.providers import ProviderConfig, ProviderUnavailable
+from api.oauth.client import Unauthorized
+from api.oauth.providers import ProviderConfig
 from api.oauth.service import Connections
-from store.errors import DecryptError
 from store.flows import Flow
-from store.principal import Principal
-from store.vault import TokenSet
 
 logger = logging.getLogger(__name__)
 
@@ -153,24 +151,6 @@ def register_connection_tools(mcp: MCPServer, connections: Connections) -> None:
             raise ToolError(registry.unknown_text(name))
         return provider
 
-    async def usable_tokens(principal: Principal, provider: ProviderConfig) -> TokenSet | None:
-        try:
-            return await connections.usable_tokens(principal, provider)
-        except ProviderUnavailable as exc:
-            raise ToolError(f"{exc}; try again later.") from None
-        except OAuthFailure as exc:
-            if exc.error == "refresh_in_progress":
-                raise ToolError(
-                    f"Another request is still renewing the {provider.label} access ({provider.label} is slow to "
-                    "answer); try again in a few seconds."
-                ) from None
-            raise ToolError(f"Refreshing the {provider.label} access failed ({exc.error}); try again later.") from None
-        except DecryptError:
-            logger.error("stored %s tokens do not open with TOKEN_ENCRYPTION_KEYS", provider.name)
-            raise ToolError(
-                f"The stored {provider.label} credentials cannot be read; use connection_disconnect and connect again."
-            ) from None
-
     @mcp.tool(
         name="connection_list",
         description="List the third-party providers you can connect (for example 'demo') and your connection "
@@ -178,6 +158,7 @@ def register_connection_tools(mcp: MCPServer, connections: Connections) -> None:
         "when the current access token expires. Tokens are kept by the server and never shown.",
         annotations=ToolAnnotations(read_only_hint=True, idempotent_hint=True, open_world_hint=False),
     )
+    @tool_errors
     async def connection_list() -> Annotated[CallToolResult, ConnectionListOut]:
         principal = current_principal()
         rows = {info.provider: info for info in await connections.list(principal)}
@@ -210,6 +191,7 @@ def register_connection_tools(mcp: MCPServer, connections: Connections) -> None:
         "with URL elicitation to connect.",
         annotations=ToolAnnotations(read_only_hint=True, idempotent_hint=True, open_world_hint=True),
     )
+    @tool_errors
     async def connection_whoami(
         provider: ProviderName, ctx: Context
     ) -> Annotated[CallToolResult, WhoamiOut] | InputRequiredResult:
@@ -231,17 +213,15 @@ def register_connection_tools(mcp: MCPServer, connections: Connections) -> None:
                 return _ask_to_connect(connections, config, flow, again=True)
             if flow is None or flow.status != "connected":
                 raise _settled_error(config, flow)
-        tokens = await usable_tokens(principal, config)
+        with provider_step(config, "renew"):
+            tokens = await connections.usable_tokens(principal, config)
         if tokens is not None:
             try:
-                profile = await connections.profile(config, tokens)
+                with provider_step(config, "profile"):
+                    profile = await connections.profile(config, tokens)
             except Unauthorized:
                 # The provider no longer honours the token: connect again rather than fail forever.
                 await connections.mark_needs_reauth(principal, config, "token_rejected")
-            except ProviderUnavailable as exc:
-                raise ToolError(f"{exc}; try again later.") from None
-            except OAuthFailure as exc:
-                raise ToolError(f"{config.label} did not return your profile ({exc.error}); try again later.") from None
             else:
                 return compact(WhoamiOut(provider=config.name, profile=profile))
         require_multi_round_trip(
@@ -263,17 +243,12 @@ def register_connection_tools(mcp: MCPServer, connections: Connections) -> None:
             read_only_hint=False, destructive_hint=True, idempotent_hint=True, open_world_hint=True
         ),
     )
+    @tool_errors
     async def connection_disconnect(provider: ProviderName) -> Annotated[CallToolResult, DisconnectOut]:
         config = configured(provider)
         principal = current_principal()
-        try:
+        with provider_step(config, "disconnect"):
             outcome = await connections.disconnect(principal, config)
-        except DecryptError:
-            logger.error("stored %s tokens do not open with TOKEN_ENCRYPTION_KEYS", config.name)
-            raise ToolError(
-                f"The stored {config.label} credentials cannot be read, so they were not revoked; "
-                "check the server's TOKEN_ENCRYPTION_KEYS."
-            ) from None
         return compact(
             DisconnectOut(
                 provider=config.name, was_connected=outcome.was_connected, upstream_revocation=outcome.revocation

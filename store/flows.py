@@ -323,18 +323,19 @@ async def reencrypt_flow_batch(
     if not rows:
         return 0, None
     updates: list[dict[str, Any]] = []
-    for row_id, handle, sealed in rows:
-        aad = _secrets_aad(handle)
+    for row in rows:
+        aad = _secrets_aad(row.handle)
         try:
-            updates.append({"b_id": row_id, "b_secrets": cipher.encrypt(cipher.decrypt(sealed, aad=aad), aad=aad)})
+            sealed = cipher.encrypt(cipher.decrypt(row.secrets_enc, aad=aad), aad=aad)
+            updates.append({"b_id": row.id, "b_secrets": sealed})
         except DecryptError as exc:
-            logger.warning("oauth_flow id=%d: secrets not re-encrypted: %s", row_id, exc)
+            logger.warning("oauth_flow id=%d: secrets not re-encrypted: %s", row.id, exc)
     if updates:
         await conn.execute(
             update(_flow).where(_flow.c.id == bindparam("b_id")).values(secrets_enc=bindparam("b_secrets")),
             updates,
         )
-    return len(updates), rows[-1][0]
+    return len(updates), rows[-1].id
 
 
 async def count_stale_flow_secrets(conn: AsyncConnection, cipher: TokenCipher) -> int:

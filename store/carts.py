@@ -10,7 +10,7 @@ idempotent with a client-chosen key; listing is by keyset pages (``store/paging.
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Literal
 
 from sqlalchemy import (
     Select,
@@ -45,13 +45,17 @@ _item = table_of(CartItem)
 _product = table_of(Product)
 
 
+CartStatus = Literal["open", "checked_out"]
+"""``checked_out``: an order was placed from the cart, which can no longer change."""
+
+
 @dataclass(frozen=True, slots=True)
 class CartView:
     """A cart with its lines and total."""
 
     handle: str
     version: int
-    status: str
+    status: CartStatus
     items: list[PricedLine]
     total_cents: int
     currency: str | None
@@ -63,7 +67,7 @@ class CartSummary:
 
     handle: str
     version: int
-    status: str
+    status: CartStatus
     line_count: int
     item_count: int
     total_cents: int

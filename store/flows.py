@@ -29,7 +29,7 @@ import logging
 import re
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Literal
 
 from sqlalchemy import Interval, RowMapping, and_, bindparam, case, func, insert, literal, not_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -129,6 +129,10 @@ _FINISH = (
 )
 
 
+FlowStatus = Literal["pending", "connected", "denied", "failed", "expired"]
+"""``expired`` is never stored: it is how a pending flow past ``expires_at`` reads."""
+
+
 @dataclass(frozen=True, slots=True)
 class Flow:
     """A connect flow as callers see it. ``status`` is ``expired`` for a pending flow past ``expires_at``."""
@@ -136,7 +140,7 @@ class Flow:
     handle: str
     principal: Principal
     provider: str
-    status: str
+    status: FlowStatus
     created_at: datetime
     expires_at: datetime
     error: str | None

@@ -21,13 +21,13 @@ confirmation). The unique constraints back this up.
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 from sqlalchemy import BigInteger, Integer, Select, String, Text, bindparam, func, insert, select, true, tuple_, update
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from store.carts import CART_PREFIX
+from store.carts import CART_PREFIX, CartStatus
 from store.errors import Conflict, InvalidInput, NotFound
 from store.handles import is_well_formed, new_handle
 from store.lines import PricedLine
@@ -46,6 +46,10 @@ _item = table_of(CartItem)
 _product = table_of(Product)
 _order = table_of(Order)
 _line = table_of(OrderLine)
+
+
+OrderStatus = Literal["placed"]
+"""Orders never change once placed; the type leaves room for later states."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,7 +80,7 @@ class OrderReceipt:
     handle: str
     total_cents: int
     currency: str
-    status: str
+    status: OrderStatus
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,7 +89,7 @@ class OrderView:
 
     handle: str
     cart_handle: str
-    status: str
+    status: OrderStatus
     items: list[PricedLine]
     item_count: int
     total_cents: int
@@ -99,7 +103,7 @@ class OrderSummary:
 
     handle: str
     cart_handle: str
-    status: str
+    status: OrderStatus
     line_count: int
     item_count: int
     total_cents: int
@@ -122,7 +126,7 @@ class _CartSnapshot:
 
     cart_id: int
     version: int
-    status: str
+    status: CartStatus
     lines: list[_PricedLine]
     order: OrderReceipt | None
     order_nonce: str | None

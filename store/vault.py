@@ -17,6 +17,7 @@ Invariants:
 
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from typing import Literal
 
 from sqlalchemy import RowMapping, Table, and_, bindparam, delete, func, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
@@ -134,12 +135,16 @@ class TokenSet:
         )
 
 
+ConnectionStatus = Literal["connected", "needs_reauth"]
+"""``needs_reauth``: the provider refused the grant; the user must connect again."""
+
+
 @dataclass(frozen=True, slots=True)
 class ConnectionInfo:
     """What may be shown about a connection: no token material."""
 
     provider: str
-    status: str  # "connected" | "needs_reauth"
+    status: ConnectionStatus
     scopes: tuple[str, ...]
     connected_at: datetime
     expires_at: datetime | None

@@ -8,7 +8,7 @@ from mcp.types import CallToolResult, ToolAnnotations
 from pydantic import Field
 
 from api.auth import current_principal
-from api.mcp.arguments import INT32_MAX, CartId, Cursor, IdempotencyKey, SearchQuery, Sku
+from api.mcp.arguments import INT32_MAX, CartId, Cursor, IdempotencyKey, PageSize, SearchQuery, Sku
 from api.mcp.cursors import CursorSigner
 from api.mcp.errors import tool_errors
 from api.mcp.results import compact
@@ -19,7 +19,6 @@ from api.mcp.schemas import (
     CartOut,
     CartSummaryOut,
     CatalogSearchOut,
-    ProductOut,
 )
 from store.carts import (
     DEFAULT_IDEMPOTENCY_KEY_TTL,
@@ -30,11 +29,9 @@ from store.carts import (
 )
 from store.catalog import search_products
 from store.db import Database
-from store.paging import DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE
+from store.paging import DEFAULT_PAGE_SIZE
 
 MAX_SEARCH_RESULTS = 100
-
-PageSize = Annotated[int, Field(ge=1, le=MAX_PAGE_SIZE, description=f"1..{MAX_PAGE_SIZE} items per page")]
 
 
 def _duration(ttl: timedelta) -> str:
@@ -69,7 +66,7 @@ def register_cart_tools(
         limit = max(1, min(limit, MAX_SEARCH_RESULTS))
         async with database.one_statement() as conn:
             found = await search_products(conn, query, limit)
-        return compact(CatalogSearchOut(products=[ProductOut.of(row) for row in found.products], more=found.more))
+        return compact(CatalogSearchOut.model_validate(found))
 
     @mcp.tool(
         name="cart_create",
@@ -113,7 +110,7 @@ def register_cart_tools(
             cart = await CartRepository(conn).set_item(
                 principal, cart_id, sku, quantity, expected_version, max_lines=max_cart_lines
             )
-        return compact(CartOut.of(cart))
+        return compact(CartOut.model_validate(cart))
 
     @mcp.tool(
         name="cart_view",
@@ -125,7 +122,7 @@ def register_cart_tools(
         principal = current_principal()
         async with database.one_statement() as conn:
             cart = await CartRepository(conn).view(principal, cart_id)
-        return compact(CartOut.of(cart))
+        return compact(CartOut.model_validate(cart))
 
     @mcp.tool(
         name="cart_list",
@@ -142,7 +139,8 @@ def register_cart_tools(
         async with database.one_statement() as conn:
             page = await CartRepository(conn).list(principal, limit=limit, after=after)
         next_cursor = None if page.next is None else cursors.seal("cart_list", principal, page.next)
-        return compact(CartListOut(carts=[CartSummaryOut.of(cart) for cart in page.items], next_cursor=next_cursor))
+        carts = [CartSummaryOut.model_validate(cart) for cart in page.items]
+        return compact(CartListOut(carts=carts, next_cursor=next_cursor))
 
     @mcp.tool(
         name="cart_delete",

@@ -9,9 +9,7 @@ or ends with a tool error that says how to start over. Tokens never reach the cl
 """
 
 import logging
-from dataclasses import dataclass
-from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
@@ -23,13 +21,14 @@ from mcp.types import (
     InputRequiredResult,
     ToolAnnotations,
 )
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from api.auth import current_principal
 from api.mcp.arguments import NO_CONTROL_CHARACTERS
 from api.mcp.errors import provider_step, tool_errors
 from api.mcp.results import compact
-from api.mcp.rounds import dump_state, load_state, require_elicitation, require_multi_round_trip
+from api.mcp.rounds import RequestState, require_elicitation, require_multi_round_trip
+from api.mcp.schemas import ConnectionListOut, ConnectionOut, DisconnectOut, WhoamiOut
 from api.oauth.client import Unauthorized
 from api.oauth.providers import ProviderConfig
 from api.oauth.service import Connections
@@ -37,7 +36,6 @@ from store.flows import Flow
 
 logger = logging.getLogger(__name__)
 
-_STATE_KIND = "connect.v1"
 
 ProviderName = Annotated[
     str,
@@ -49,55 +47,12 @@ ProviderName = Annotated[
 ]
 
 
-class ConnectionOut(BaseModel):
-    """One configured provider and the caller's connection to it. Never any token."""
-
-    provider: str
-    status: Literal["connected", "needs_reauth", "not_connected"] = Field(
-        description="needs_reauth: the provider no longer accepts the stored grant; connect again"
-    )
-    scopes: list[str]
-    connected_at: datetime | None
-    expires_at: datetime | None = Field(description="When the current access token expires (it is refreshed)")
-
-
-class ConnectionListOut(BaseModel):
-    connections: list[ConnectionOut]
-
-
-class WhoamiOut(BaseModel):
-    """The caller's profile at the provider, as its userinfo endpoint returned it."""
-
-    provider: str
-    profile: dict[str, Any]
-
-
-class DisconnectOut(BaseModel):
-    provider: str
-    was_connected: bool
-    upstream_revocation: Literal["revoked", "not_supported", "failed", "nothing_to_revoke"] = Field(
-        description="revoked: the provider confirmed (RFC 7009); failed: revoke it at the provider yourself"
-    )
-
-
-@dataclass(frozen=True, slots=True)
-class ConnectState:
+class ConnectState(RequestState):
     """The plaintext requestState of a connect round: which flow the user was sent to."""
 
+    kind: Literal["connect.v1"]
     provider: str
-    flow: str
-
-    def dump(self) -> str:
-        return dump_state(_STATE_KIND, provider=self.provider, flow=self.flow)
-
-    @classmethod
-    def load(cls, raw: str | None, provider: str) -> "ConnectState | None":
-        """A state this tool minted for ``provider``; ``None`` for anything else (then start over)."""
-        data = load_state(raw, _STATE_KIND)
-        if data is None or data.get("provider") != provider:
-            return None
-        flow = data.get("flow")
-        return cls(provider=provider, flow=flow) if isinstance(flow, str) and 0 < len(flow) <= 100 else None
+    flow: str = Field(min_length=1, max_length=100)
 
 
 def input_key(provider: str) -> str:
@@ -125,7 +80,7 @@ def _ask_to_connect(
             )
         },
         # Plaintext; the SDK's RequestStateBoundary seals it and binds it to the caller and arguments.
-        request_state=ConnectState(provider=provider.name, flow=flow.handle).dump(),
+        request_state=ConnectState(kind="connect.v1", provider=provider.name, flow=flow.handle).dump(),
     )
 
 
@@ -197,7 +152,9 @@ def register_connection_tools(mcp: MCPServer, connections: Connections) -> None:
     ) -> Annotated[CallToolResult, WhoamiOut] | InputRequiredResult:
         config = configured(provider)
         principal = current_principal()
-        state = ConnectState.load(ctx.request_state, config.name)
+        state = ConnectState.load(ctx.request_state)
+        if state is not None and state.provider != config.name:
+            state = None
         if state is not None:
             # A retry after the user saw the link. Their answer is consent to open it, not completion:
             # only the store says whether the browser side finished.

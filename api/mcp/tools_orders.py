@@ -19,8 +19,7 @@ instances that share the database and the key ring.
 
 import logging
 import secrets
-from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
@@ -37,20 +36,19 @@ from mcp.types import (
 from pydantic import Field
 
 from api.auth import current_principal
-from api.mcp.arguments import CartId, Cursor, OrderId
+from api.mcp.arguments import CartId, Cursor, OrderId, PageSize
 from api.mcp.cursors import CursorSigner
 from api.mcp.errors import tool_errors
 from api.mcp.results import compact
-from api.mcp.rounds import dump_state, load_state, require_elicitation, require_multi_round_trip
+from api.mcp.rounds import RequestState, require_elicitation, require_multi_round_trip
 from api.mcp.schemas import CheckoutOut, OrderListOut, OrderOut, OrderSummaryOut
 from store.db import Database
 from store.orders import MAX_NONCE_LENGTH, CheckoutQuote, OrderReceipt, OrderRepository
-from store.paging import DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE
+from store.paging import DEFAULT_PAGE_SIZE
 
 logger = logging.getLogger(__name__)
 
 CONFIRM_KEY = "confirm"
-_STATE_KIND = "checkout.confirm.v1"
 _NONCE_BYTES = 16  # 128 bits: unguessable, and unique per principal with overwhelming probability
 
 CONFIRM_SCHEMA: dict[str, Any] = {
@@ -66,59 +64,47 @@ CONFIRM_SCHEMA: dict[str, Any] = {
 }
 
 
-@dataclass(frozen=True, slots=True)
-class ConfirmationState:
+class ConfirmationState(RequestState):
     """The plaintext requestState of the confirmation round: what the user was asked to pay for.
 
-    It carries only what round 1 established; the SDK seals and authenticates it, and
-    this code still validates its shape, because a state from an older or newer server
-    version may not match.
+    It carries only what round 1 established. The wire names are short and must stay stable: a state
+    minted before an upgrade may be echoed to the upgraded server.
     """
 
-    quote: CheckoutQuote
-    nonce: str
-
-    def dump(self) -> str:
-        """The JSON the SDK seals into the wire requestState."""
-        q = self.quote
-        return dump_state(
-            _STATE_KIND,
-            **{
-                "cart": q.cart_handle,
-                "version": q.version,
-                "lines": q.line_count,
-                "items": q.item_count,
-                "total": q.total_cents,
-                "currency": q.currency,
-                "nonce": self.nonce,
-            },
-        )
+    kind: Literal["checkout.confirm.v1"]
+    cart: str
+    version: int
+    lines: int
+    items: int
+    total: int
+    currency: str
+    nonce: str = Field(min_length=1, max_length=MAX_NONCE_LENGTH)
 
     @classmethod
-    def load(cls, raw: str | None, cart_id: str) -> "ConfirmationState | None":
-        """Parse a state this tool minted for ``cart_id``; ``None`` for anything else (start over)."""
-        data = load_state(raw, _STATE_KIND)
-        if data is None or data.get("cart") != cart_id:
-            return None
-        numbers: list[int] = []
-        for key in ("version", "lines", "items", "total"):
-            value = data.get(key)
-            if not isinstance(value, int) or isinstance(value, bool):
-                return None
-            numbers.append(value)
-        nonce, currency = data.get("nonce"), data.get("currency")
-        if not isinstance(nonce, str) or not 0 < len(nonce) <= MAX_NONCE_LENGTH or not isinstance(currency, str):
-            return None
-        version, lines, items, total = numbers
-        quote = CheckoutQuote(
-            cart_handle=cart_id,
-            version=version,
-            line_count=lines,
-            item_count=items,
-            total_cents=total,
-            currency=currency,
+    def offering(cls, quote: CheckoutQuote, nonce: str) -> "ConfirmationState":
+        """The state for asking the user to confirm ``quote``."""
+        return cls(
+            kind="checkout.confirm.v1",
+            cart=quote.cart_handle,
+            version=quote.version,
+            lines=quote.line_count,
+            items=quote.item_count,
+            total=quote.total_cents,
+            currency=quote.currency,
+            nonce=nonce,
         )
-        return cls(quote=quote, nonce=nonce)
+
+    @property
+    def quote(self) -> CheckoutQuote:
+        """What the user was offered."""
+        return CheckoutQuote(
+            cart_handle=self.cart,
+            version=self.version,
+            line_count=self.lines,
+            item_count=self.items,
+            total_cents=self.total,
+            currency=self.currency,
+        )
 
 
 def money(cents: int, currency: str) -> str:
@@ -137,7 +123,7 @@ def ask_to_confirm(quote: CheckoutQuote, *, changed: bool) -> InputRequiredResul
         message = f"Your cart changed since you were asked. Place the order now? {_offer(quote)}."
     else:
         message = f"Place the order? {_offer(quote)}."
-    state = ConfirmationState(quote=quote, nonce=secrets.token_urlsafe(_NONCE_BYTES))
+    state = ConfirmationState.offering(quote, secrets.token_urlsafe(_NONCE_BYTES))
     return InputRequiredResult(
         input_requests={
             CONFIRM_KEY: ElicitRequest(params=ElicitRequestFormParams(message=message, requested_schema=CONFIRM_SCHEMA))
@@ -158,7 +144,7 @@ def consented(responses: InputResponses | None) -> bool:
 
 
 def _placed(receipt: OrderReceipt) -> CallToolResult:
-    out = CheckoutOut.of(receipt)
+    out = CheckoutOut.model_validate(receipt)
     text = f"Order {receipt.handle} placed: total {money(receipt.total_cents, receipt.currency)}."
     return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=out.model_dump(mode="json"))
 
@@ -195,7 +181,9 @@ def register_order_tools(mcp: MCPServer, database: Database, *, cursors: CursorS
         )
         require_elicitation(ctx, "form", tool="cart_checkout")
         principal = current_principal()
-        state = ConfirmationState.load(ctx.request_state, cart_id)
+        state = ConfirmationState.load(ctx.request_state)
+        if state is not None and state.cart != cart_id:  # the SDK binds arguments too; this is belt and braces
+            state = None
 
         if state is None:  # round 1: price the cart and ask (one read, no BEGIN/COMMIT)
             async with database.one_statement() as conn:
@@ -230,7 +218,7 @@ def register_order_tools(mcp: MCPServer, database: Database, *, cursors: CursorS
         principal = current_principal()
         async with database.one_statement() as conn:
             order = await OrderRepository(conn).view(principal, order_id)
-        return compact(OrderOut.of(order))
+        return compact(OrderOut.model_validate(order))
 
     @mcp.tool(
         name="order_list",
@@ -240,9 +228,7 @@ def register_order_tools(mcp: MCPServer, database: Database, *, cursors: CursorS
     )
     @tool_errors
     async def order_list(
-        limit: Annotated[int, Field(ge=1, le=MAX_PAGE_SIZE, description=f"1..{MAX_PAGE_SIZE} items per page")] = (
-            DEFAULT_PAGE_SIZE
-        ),
+        limit: PageSize = DEFAULT_PAGE_SIZE,
         cursor: Cursor | None = None,
     ) -> Annotated[CallToolResult, OrderListOut]:
         principal = current_principal()
@@ -250,6 +236,5 @@ def register_order_tools(mcp: MCPServer, database: Database, *, cursors: CursorS
         async with database.one_statement() as conn:
             page = await OrderRepository(conn).list(principal, limit=limit, after=after)
         next_cursor = None if page.next is None else cursors.seal("order_list", principal, page.next)
-        return compact(
-            OrderListOut(orders=[OrderSummaryOut.of(order) for order in page.items], next_cursor=next_cursor)
-        )
+        orders = [OrderSummaryOut.model_validate(order) for order in page.items]
+        return compact(OrderListOut(orders=orders, next_cursor=next_cursor))

@@ -11,7 +11,7 @@ is sent as is. So a tool that builds one calls these first:
 It also holds the base of the plaintext ``requestState`` models (the SDK has already verified the seal).
 """
 
-from typing import Literal, Self
+from typing import Any, Literal, Self
 
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
@@ -30,7 +30,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 MULTI_ROUND_TRIP_VERSION = "2026-07-28"
 
 
-def require_multi_round_trip(ctx: Context, *, tool: str, needs: str, nothing_done: str) -> None:
+def require_multi_round_trip(ctx: Context[Any, Any], *, tool: str, needs: str, nothing_done: str) -> None:
     """Refuse a client older than 2026-07-28 with a tool error that says why and what happened.
 
     ``needs`` completes "… which needs an MCP client that speaks protocol 2026-07-28 (``needs``)".
@@ -43,7 +43,7 @@ def require_multi_round_trip(ctx: Context, *, tool: str, needs: str, nothing_don
         )
 
 
-def require_elicitation(ctx: Context, mode: Literal["form", "url"], *, tool: str) -> None:
+def require_elicitation(ctx: Context[Any, Any], mode: Literal["form", "url"], *, tool: str) -> None:
     """Raise -32021 unless the client declared elicitation in ``mode``.
 
     A bare ``elicitation: {}`` declares form mode only; URL mode must be named.

@@ -32,7 +32,7 @@ from api.metrics import Metrics
 from api.oauth.setup import build_browser_routes, build_connections
 from api.request_id import request_id_middleware
 from api.search_health import SearchHealth
-from api.settings import Settings
+from api.settings import DatabaseSettings, Settings
 from api.tracing import trace_statements
 from store.db import Database
 
@@ -60,7 +60,7 @@ def protected_resource_metadata(settings: Settings) -> dict[str, object]:
     }
 
 
-def database_from(settings: Settings) -> Database:
+def database_from(settings: DatabaseSettings) -> Database:
     """The database handle the server uses: pool, timeouts and pooler mode from ``settings``."""
     return Database.connect(
         settings.database_url,
@@ -76,20 +76,17 @@ def database_from(settings: Settings) -> Database:
 def create_app(
     settings: Settings,
     *,
-    database: Database | None = None,
     configure_mcp: Callable[[MCPServer], None] | None = None,
     purge_every: timedelta | None = None,
     tracer_provider: TracerProvider | None = None,
 ) -> Litestar:
     """Build the Litestar app with the MCP endpoint, OAuth metadata and health routes.
 
-    ``database`` lets a caller share an engine it owns (it is then not disposed here);
     ``configure_mcp`` may register more tools before the server starts; ``purge_every`` runs the
     retention purge in the background at that interval while the app is up; ``tracer_provider``
     (from :func:`api.tracing.configure_tracing`) adds a span per database statement.
     """
-    owns_database = database is None
-    db = database or database_from(settings)
+    db = database_from(settings)
     # Observability: a registry of this app's own (none at import time); spans only when tracing is on.
     metrics = Metrics(db.engine) if settings.metrics_enabled else None
     if tracer_provider is not None:
@@ -104,7 +101,7 @@ def create_app(
     connections = build_connections(
         settings, db, http, record_refresh=metrics.record_refresh if metrics is not None else None
     )
-    mcp = build_mcp_server(settings, db, verifier, connections=connections)
+    mcp = build_mcp_server(settings, db, verifier, connections)
     mcp.middleware.append(
         ToolCallObserver(mcp, digest_key=principal_digest_key(settings.token_key_ring), metrics=metrics)
     )
@@ -196,8 +193,7 @@ def create_app(
                 with contextlib.suppress(asyncio.CancelledError):
                     await purger
             await http.aclose()
-            if owns_database:
-                await db.dispose()
+            await db.dispose()
 
     return Litestar(
         route_handlers=[

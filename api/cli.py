@@ -5,41 +5,38 @@ import asyncio
 import contextlib
 import logging
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from api.commands import purge as purge_command
-from api.settings import Settings, SettingsError
+from api.settings import DatabaseSettings, Settings, SettingsError, VaultKeySettings
 
 if TYPE_CHECKING:
     from litestar import Litestar
 
 logger = logging.getLogger("coatcheck")
+SettingsT = TypeVar("SettingsT", bound=DatabaseSettings)
 
 
-def _settings() -> Settings:
+def load_settings(kind: type[SettingsT]) -> SettingsT:
+    """``kind`` from the environment, or exit 2 with the message naming each bad variable.
+
+    Each command reads the smallest member of the settings family it needs (``migrate`` only
+    :class:`DatabaseSettings`), so an operator's shell need not hold the server's secrets.
+    """
     try:
-        return Settings.from_env()
+        return kind.from_env()
     except SettingsError as exc:
         print(f"coatcheck: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
 
 
+def _settings() -> Settings:
+    return load_settings(Settings)
+
+
 def _database_url_only() -> str:
     # migrate and seed-demo need only the database, not the server's secrets.
-    from pydantic import ValidationError
-    from pydantic_settings import BaseSettings, SettingsConfigDict
-
-    from store.db import async_database_url
-
-    class _DbSettings(BaseSettings):
-        model_config = SettingsConfigDict(env_file=".env", extra="ignore")
-        database_url: str
-
-    try:
-        return async_database_url(_DbSettings().database_url)  # type: ignore[call-arg]
-    except (ValidationError, ValueError):
-        print("coatcheck: DATABASE_URL is not set or is not a postgresql:// URL", file=sys.stderr)
-        raise SystemExit(2) from None
+    return load_settings(DatabaseSettings).database_url
 
 
 def configure_logging(settings: Settings) -> None:
@@ -71,9 +68,11 @@ def run_http_server(app: "Litestar", settings: Settings, *, host: str, port: int
     import uvicorn
 
     from api.draining import Drain, DrainingServer
+    from api.gc_policy import freeze_startup_objects
     from api.http_guard import guarded_protocol
 
     configure_logging(settings)
+    freeze_startup_objects()  # keeps start-up objects out of every GC pass (the p99; see api/gc_policy.py)
     config = uvicorn.Config(
         app,
         host=host,
@@ -121,7 +120,7 @@ def _serve(args: argparse.Namespace) -> None:
 
 
 def _migrate(args: argparse.Namespace) -> None:
-    from store.schema import upgrade
+    from store.migrations import upgrade
 
     if args.check:
         from api.commands.migrate import check_schema
@@ -158,35 +157,15 @@ def _seed_demo(_: argparse.Namespace) -> None:
     print(f"demo catalog loaded ({changed} products added or changed)")
 
 
-def _token_key_ring() -> list[bytes]:
-    # keys rotate needs only the token key ring and the database, not the server's other secrets.
-    from pydantic import SecretStr, ValidationError
-    from pydantic_settings import BaseSettings, SettingsConfigDict
-
-    from api.settings import check_secret_ring
-
-    class _KeySettings(BaseSettings):
-        model_config = SettingsConfigDict(env_file=".env", extra="ignore")
-        token_encryption_keys: SecretStr
-
-    try:
-        raw = _KeySettings().token_encryption_keys.get_secret_value()  # type: ignore[call-arg]
-        return check_secret_ring("TOKEN_ENCRYPTION_KEYS", raw)
-    except ValidationError:
-        message = "TOKEN_ENCRYPTION_KEYS is not set"
-    except ValueError as exc:
-        message = str(exc)  # names the variable and the key's position, never its value
-    print(f"coatcheck: {message}", file=sys.stderr)
-    raise SystemExit(2)
-
-
 def _keys_rotate(_: argparse.Namespace) -> None:
     from store.crypto import TokenCipher
     from store.db import Database
     from store.key_rotation import count_stale, reencrypt_all
 
-    cipher = TokenCipher(_token_key_ring())
-    url = _database_url_only()
+    # keys rotate needs only the token key ring and the database, not the server's other secrets.
+    settings = load_settings(VaultKeySettings)
+    cipher = TokenCipher(settings.token_key_ring)
+    url = settings.database_url
     logging.basicConfig(level="INFO", format="%(levelname)s %(name)s: %(message)s")
 
     async def run() -> tuple[int, int]:

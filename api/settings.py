@@ -6,14 +6,13 @@ naming the variable; every other setting has a safe default or is derived.
 
 import ipaddress
 import os
-from functools import cached_property
-from typing import Annotated, Literal
+from typing import Annotated, Literal, Self
 from urllib.parse import urlsplit
 
 from pydantic import Field, SecretStr, ValidationError, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from api.oauth.providers import load_providers
+from api.oauth.providers import ProviderConfig, load_providers
 from api.secret_strength import MIN_SECRET_BITS, estimated_entropy_bits
 from store.db import async_database_url
 
@@ -92,49 +91,37 @@ def _normalise_base_url(name: str, value: str) -> str:
     return value.rstrip("/")
 
 
-class Settings(BaseSettings):
-    """Everything the server needs; construct with :meth:`from_env` to get readable start-up errors."""
+class KeyRing(SecretStr):
+    """A comma-separated key ring, checked once when the settings load; :attr:`keys` is the ring, newest first."""
+
+    def __init__(self, name: str, raw: str) -> None:
+        super().__init__(raw)
+        self.keys: tuple[bytes, ...] = tuple(check_secret_ring(name, raw))
+
+
+class ProviderSource(str):
+    """``PROVIDERS_FILE`` or ``PROVIDERS`` as written; :attr:`configs` is what was read from it at start-up."""
+
+    configs: "tuple[ProviderConfig, ...]" = ()
+
+
+def _ring(value: SecretStr) -> list[bytes]:
+    # The validators below turn every ring field into a KeyRing; model_construct would skip them.
+    if not isinstance(value, KeyRing):
+        raise TypeError("settings were built without validation; use from_env()")
+    return list(value.keys)
+
+
+class DatabaseSettings(BaseSettings):
+    """The database: all that ``coatcheck migrate``, ``seed-demo``, ``purge`` and ``audit`` need.
+
+    The base of the settings family: an operator's shell that runs these need not hold the server's secrets.
+    Construct with :meth:`from_env` to get readable errors.
+    """
 
     model_config = SettingsConfigDict(env_file=".env", extra="ignore", case_sensitive=False)
 
     database_url: str = Field(description="PostgreSQL URL (postgresql:// or postgresql+asyncpg://).")
-    public_url: str = Field(description="Externally visible base URL; the MCP resource is <PUBLIC_URL>/mcp.")
-    oidc_issuer: str = Field(description="Authorization server that issues MCP access tokens.")
-    request_state_keys: SecretStr = Field(description="Comma-separated secrets (>= 32 bytes); first seals.")
-    token_encryption_keys: SecretStr = Field(
-        description="Comma-separated secrets (>= 32 bytes) for third-party tokens at rest; first encrypts, "
-        "all decrypt. The browser-session cookie key is derived from the first."
-    )
-    oidc_client_id: str = Field(
-        min_length=1, description="Coatcheck's own OAuth client at OIDC_ISSUER, for the browser login at /connect."
-    )
-    oidc_client_secret: SecretStr = Field(description="The secret of OIDC_CLIENT_ID.")
-
-    oidc_issuer_internal_url: str | None = Field(
-        default=None,
-        description="Fetch the issuer's metadata and keys through this base URL instead of OIDC_ISSUER "
-        "(for containers that cannot reach the public issuer URL); tokens must still name OIDC_ISSUER.",
-    )
-    request_state_ttl_seconds: int = Field(default=600, gt=0, le=86400)
-    audit_retention_days: int = Field(
-        default=90, ge=0, le=36500, description="`coatcheck purge` deletes audit entries older than this; 0 keeps them."
-    )
-    cart_retention_days: int = Field(
-        default=30,
-        ge=0,
-        le=36500,
-        description="`coatcheck purge` deletes carts (open or checked out) not written to for this long; 0 keeps "
-        "them. Orders are never purged.",
-    )
-    allowed_hosts: Annotated[list[str], NoDecode] = Field(default_factory=list)
-    allowed_origins: Annotated[list[str], NoDecode] = Field(default_factory=list)
-    cors_allowed_origins: Annotated[list[str], NoDecode] = Field(
-        default_factory=list,
-        description="Browser origins (scheme://host[:port]) whose web pages may call /mcp cross-origin: they pass "
-        "the Origin check and get CORS headers. No wildcard: list each origin.",
-    )
-    jwt_leeway_seconds: int = Field(default=30, ge=0, le=300)
-    jwks_cache_seconds: int = Field(default=600, gt=0)
     db_pool_size: int = Field(
         default=10,
         gt=0,
@@ -169,6 +156,98 @@ class Settings(BaseSettings):
         "statement caches on); transaction: transaction poolers without prepared-statement tracking, e.g. "
         "PgBouncer 1.18 (no statement caches, an explicit transaction around every statement).",
     )
+
+    @field_validator("db_pooler_mode", mode="before")
+    @classmethod
+    def _lowercase_pooler_mode(cls, value: object) -> object:
+        return value.strip().lower() if isinstance(value, str) else value
+
+    @field_validator("database_url")
+    @classmethod
+    def _database_url(cls, value: str) -> str:
+        try:
+            return async_database_url(value)
+        except Exception as exc:  # sqlalchemy's URL parser raises several types
+            raise ValueError("DATABASE_URL must be a postgresql:// or postgresql+asyncpg:// URL") from exc
+
+    @model_validator(mode="after")
+    def _lock_wait_below_statement_timeout(self) -> Self:
+        if self.db_lock_timeout_ms >= self.db_statement_timeout_ms:
+            raise ValueError(
+                f"DB_LOCK_TIMEOUT_MS ({self.db_lock_timeout_ms}) must be below DB_STATEMENT_TIMEOUT_MS "
+                f"({self.db_statement_timeout_ms}), so a lock wait fails as a lock wait"
+            )
+        return self
+
+    @classmethod
+    def from_env(cls, **overrides: object) -> Self:
+        """Load settings; on failure raise :class:`SettingsError` naming each bad variable."""
+        try:
+            return cls(**overrides)  # type: ignore[arg-type]
+        except ValidationError as exc:
+            raise SettingsError.from_validation(exc) from None
+
+
+class RetentionSettings(DatabaseSettings):
+    """What ``coatcheck purge`` reads besides the database: how long rows are kept."""
+
+    request_state_ttl_seconds: int = Field(default=600, gt=0, le=86400)
+    audit_retention_days: int = Field(
+        default=90, ge=0, le=36500, description="`coatcheck purge` deletes audit entries older than this; 0 keeps them."
+    )
+    cart_retention_days: int = Field(
+        default=30,
+        ge=0,
+        le=36500,
+        description="`coatcheck purge` deletes carts (open or checked out) not written to for this long; 0 keeps "
+        "them. Orders are never purged.",
+    )
+
+
+class VaultKeySettings(DatabaseSettings):
+    """What ``coatcheck keys rotate`` reads besides the database: the token vault's key ring."""
+
+    token_encryption_keys: SecretStr = Field(
+        description="Comma-separated secrets (>= 32 bytes) for third-party tokens at rest; first encrypts, "
+        "all decrypt. The browser-session cookie key is derived from the first."
+    )
+
+    @field_validator("token_encryption_keys")
+    @classmethod
+    def _token_keys(cls, value: SecretStr) -> SecretStr:
+        return KeyRing("TOKEN_ENCRYPTION_KEYS", value.get_secret_value())
+
+    @property
+    def token_key_ring(self) -> list[bytes]:
+        """The token-vault key ring, newest first."""
+        return _ring(self.token_encryption_keys)
+
+
+class Settings(RetentionSettings, VaultKeySettings):
+    """Everything the server needs; construct with :meth:`from_env` to get readable start-up errors."""
+
+    public_url: str = Field(description="Externally visible base URL; the MCP resource is <PUBLIC_URL>/mcp.")
+    oidc_issuer: str = Field(description="Authorization server that issues MCP access tokens.")
+    request_state_keys: SecretStr = Field(description="Comma-separated secrets (>= 32 bytes); first seals.")
+    oidc_client_id: str = Field(
+        min_length=1, description="Coatcheck's own OAuth client at OIDC_ISSUER, for the browser login at /connect."
+    )
+    oidc_client_secret: SecretStr = Field(description="The secret of OIDC_CLIENT_ID.")
+
+    oidc_issuer_internal_url: str | None = Field(
+        default=None,
+        description="Fetch the issuer's metadata and keys through this base URL instead of OIDC_ISSUER "
+        "(for containers that cannot reach the public issuer URL); tokens must still name OIDC_ISSUER.",
+    )
+    allowed_hosts: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    allowed_origins: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    cors_allowed_origins: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="Browser origins (scheme://host[:port]) whose web pages may call /mcp cross-origin: they pass "
+        "the Origin check and get CORS headers. No wildcard: list each origin.",
+    )
+    jwt_leeway_seconds: int = Field(default=30, ge=0, le=300)
+    jwks_cache_seconds: int = Field(default=600, gt=0)
     max_cart_lines: int = Field(
         default=100,
         gt=0,
@@ -325,27 +404,10 @@ class Settings(BaseSettings):
             origins.append(f"{parts.scheme.lower()}://{parts.netloc.lower()}")
         return origins
 
-    @field_validator("legacy_clients", "db_pooler_mode", "log_format", mode="before")
+    @field_validator("legacy_clients", "log_format", mode="before")
     @classmethod
     def _lowercase_choice(cls, value: object) -> object:
         return value.strip().lower() if isinstance(value, str) else value
-
-    @model_validator(mode="after")
-    def _lock_wait_below_statement_timeout(self) -> "Settings":
-        if self.db_lock_timeout_ms >= self.db_statement_timeout_ms:
-            raise ValueError(
-                f"DB_LOCK_TIMEOUT_MS ({self.db_lock_timeout_ms}) must be below DB_STATEMENT_TIMEOUT_MS "
-                f"({self.db_statement_timeout_ms}), so a lock wait fails as a lock wait"
-            )
-        return self
-
-    @field_validator("database_url")
-    @classmethod
-    def _database_url(cls, value: str) -> str:
-        try:
-            return async_database_url(value)
-        except Exception as exc:  # sqlalchemy's URL parser raises several types
-            raise ValueError("DATABASE_URL must be a postgresql:// or postgresql+asyncpg:// URL") from exc
 
     @field_validator("public_url")
     @classmethod
@@ -367,30 +429,32 @@ class Settings(BaseSettings):
     @field_validator("request_state_keys")
     @classmethod
     def _state_keys(cls, value: SecretStr) -> SecretStr:
-        check_secret_ring("REQUEST_STATE_KEYS", value.get_secret_value())
-        return value
+        return KeyRing("REQUEST_STATE_KEYS", value.get_secret_value())
 
-    @field_validator("token_encryption_keys")
-    @classmethod
-    def _token_keys(cls, value: SecretStr, info: ValidationInfo) -> SecretStr:
-        token_ring = check_secret_ring("TOKEN_ENCRYPTION_KEYS", value.get_secret_value())
-        state_keys = info.data.get("request_state_keys")  # absent when it failed its own validation
-        if isinstance(state_keys, SecretStr):
-            check_rings_disjoint(check_secret_ring("REQUEST_STATE_KEYS", state_keys.get_secret_value()), token_ring)
-        return value
+    @model_validator(mode="after")
+    def _rings_disjoint(self) -> Self:
+        check_rings_disjoint(self.state_key_ring, self.token_key_ring)
+        return self
 
     @field_validator("providers_file", "providers")
     @classmethod
     def _providers(cls, value: str | None, info: ValidationInfo) -> str | None:
-        # Fail at start-up, naming the variable, rather than on a user's first connect.
-        if value:
-            as_file = info.field_name == "providers_file"
-            load_providers(
-                providers_file=value if as_file else None,
-                providers_json=None if as_file else value,
-                environ=os.environ,
-            )
-        return value or None
+        # Read once, here, each client secret from the environment variable the configuration names:
+        # start-up fails naming the variable rather than a user's first connect.
+        if not value:
+            return None
+        as_file = info.field_name == "providers_file"
+        source = ProviderSource(value)
+        source.configs = load_providers(
+            providers_file=value if as_file else None, providers_json=None if as_file else value, environ=os.environ
+        )
+        return source
+
+    @model_validator(mode="after")
+    def _one_provider_source(self) -> Self:
+        if self.providers_file and self.providers:
+            raise ValueError("set PROVIDERS_FILE or PROVIDERS, not both")
+        return self
 
     @field_validator("oidc_client_secret")
     @classmethod
@@ -401,28 +465,25 @@ class Settings(BaseSettings):
         check_secret_strength("OIDC_CLIENT_SECRET", value.get_secret_value().strip())
         return value
 
-    @classmethod
-    def from_env(cls, **overrides: object) -> "Settings":
-        """Load settings; on failure raise :class:`SettingsError` naming each bad variable."""
-        try:
-            return cls(**overrides)  # type: ignore[arg-type]
-        except ValidationError as exc:
-            raise SettingsError.from_validation(exc) from None
+    @property
+    def provider_configs(self) -> "tuple[ProviderConfig, ...]":
+        """The third-party OAuth providers users may connect, client secrets resolved (read at start-up)."""
+        source = self.providers_file or self.providers
+        if source is None:
+            return ()
+        if not isinstance(source, ProviderSource):
+            raise TypeError("settings were built without validation; use from_env()")
+        return source.configs
+
+    @property
+    def state_key_ring(self) -> list[bytes]:
+        """The request-state key ring, newest first."""
+        return _ring(self.request_state_keys)
 
     @property
     def mcp_resource_url(self) -> str:
         """The canonical MCP resource identifier (RFC 8707 audience)."""
         return f"{self.public_url}/mcp"
-
-    @cached_property
-    def state_key_ring(self) -> list[bytes]:
-        """The request-state key ring, newest first."""
-        return check_secret_ring("REQUEST_STATE_KEYS", self.request_state_keys.get_secret_value())
-
-    @cached_property
-    def token_key_ring(self) -> list[bytes]:
-        """The token-vault key ring, newest first."""
-        return check_secret_ring("TOKEN_ENCRYPTION_KEYS", self.token_encryption_keys.get_secret_value())
 
 
 class SettingsError(Exception):

@@ -1,1 +1,1 @@
-"""Throughput benchmark: ``python -m bench`` (see bench/README.md)."""
+"""Throughput benchmark: ``python -m bench`` (see the README's Performance section) and ``python -m bench.inproc``."""

@@ -2,8 +2,10 @@
 
 - ``floor_app``: a bare Litestar endpoint running the same cart query as ``cart_view`` (no MCP): the floor.
 - ``sdk_app``: the stock ``mcp`` streamable-HTTP app (stateless, no auth) with a tool running that query.
+- ``fastmcp_app``: FastMCP (the ``bench`` extra, pinned in constraints.txt) with the same tool, stateless, no auth.
 
-Both read ``BENCH_DSN`` (an asyncpg DSN) and open one pool in their lifespan.
+All read ``BENCH_DSN`` (an asyncpg DSN) and open one pool (up to 10 connections, as Coatcheck's default
+``DB_POOL_SIZE``) in their lifespan; ``BENCH_JSON=1`` selects plain JSON responses.
 """
 
 import contextlib
@@ -79,3 +81,24 @@ def sdk_app() -> Starlette:
     return mcp.streamable_http_app(
         stateless_http=True, json_response=os.environ.get("BENCH_JSON") == "1", host="127.0.0.1"
     )
+
+
+def fastmcp_app() -> Any:
+    """FastMCP (``bench`` extra) serving the same one-query tool, stateless, no auth."""
+    from fastmcp import FastMCP
+
+    holder = _Pool()
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: Any) -> AsyncIterator[dict[str, Any]]:
+        holder.pool = await asyncpg.create_pool(os.environ["BENCH_DSN"], min_size=2, max_size=10)
+        yield {}
+        await holder.pool.close()
+
+    mcp: Any = FastMCP("fastmcp-cart", lifespan=lifespan)
+
+    @mcp.tool(name="cart_view")
+    async def cart_view(cart_id: str) -> dict[str, Any]:
+        return await _view(holder.pool, cart_id)
+
+    return mcp.http_app(path="/mcp", stateless_http=True, json_response=os.environ.get("BENCH_JSON") == "1")

@@ -17,13 +17,13 @@ from store.crypto import TokenCipher
 from store.errors import DecryptError
 from store.flows import count_stale_flow_secrets, reencrypt_flow_batch
 from store.principal import Principal
-from store.vault import CONNECTION_TABLE, token_aad
+from store.vault import VAULT_TABLE, token_aad
 
 __all__ = ["count_stale", "reencrypt_all"]
 
 logger = logging.getLogger(__name__)
 
-_conn_t = CONNECTION_TABLE
+_conn_t = VAULT_TABLE
 
 
 def _stale(cipher: TokenCipher) -> ColumnElement[bool]:

@@ -29,14 +29,14 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from store.crypto import TokenCipher
 from store.principal import Principal
 from store.vault import (
-    CONNECTION_TABLE,
     FULL_COLUMNS,
-    OWNED_CONNECTION,
-    StoredConnection,
+    OWNED_ENTRY,
+    VAULT_TABLE,
+    OpenedVaultEntry,
     TokenSet,
-    connection_params,
     open_tokens,
     seal_tokens,
+    vault_params,
 )
 
 __all__ = [
@@ -49,7 +49,7 @@ __all__ = [
     "store_refreshed",
 ]
 
-_t = CONNECTION_TABLE
+_t = VAULT_TABLE
 _LEASE_FREE = or_(_t.c.refresh_lease_until.is_(None), _t.c.refresh_lease_until <= func.now())
 _LEASED = and_(_t.c.refresh_lease_id.is_not(None), _t.c.refresh_lease_until > func.now())
 _COOLING = and_(_t.c.refresh_lease_id.is_(None), _t.c.refresh_lease_until > func.now())
@@ -60,11 +60,11 @@ _DUE = _t.c.expires_at <= func.now() + bindparam("p_skew", type_=Interval())
 _VALID = or_(_t.c.expires_at.is_(None), _t.c.expires_at > func.now())
 _VIEW = select(
     *FULL_COLUMNS, _DUE.label("due"), _VALID.label("valid"), _LEASED.label("leased"), _COOLING.label("cooling")
-).where(OWNED_CONNECTION)
+).where(OWNED_ENTRY)
 _CLAIM = (
     update(_t)
     .where(
-        OWNED_CONNECTION,
+        OWNED_ENTRY,
         _t.c.status == "connected",
         _t.c.refresh_token_enc.is_not(None),
         _DUE,
@@ -92,9 +92,9 @@ _RELEASE_FAILED = (
 
 @dataclass(frozen=True, slots=True)
 class RefreshView:
-    """A connection as a refresher sees it: its tokens, and whether someone else is refreshing them."""
+    """A vault entry as a refresher sees it: its tokens, and whether someone else is refreshing them."""
 
-    connection: StoredConnection
+    entry: OpenedVaultEntry
     due: bool  # the access token expires within the skew (never, without an expiry)
     valid: bool  # the access token has not expired yet
     leased: bool  # another caller holds a live lease: its result is on the way
@@ -102,11 +102,11 @@ class RefreshView:
 
     @property
     def tokens(self) -> TokenSet:
-        return self.connection.tokens
+        return self.entry.tokens
 
     @property
     def status(self) -> str:
-        return self.connection.info.status
+        return self.entry.info.status
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,13 +131,13 @@ async def read_for_refresh(
     Raises:
         DecryptError: a stored token does not open with the key ring.
     """
-    params = {**connection_params(principal, provider), "p_skew": skew}
+    params = {**vault_params(principal, provider), "p_skew": skew}
     row = (await conn.execute(_VIEW, params)).mappings().one_or_none()
     if row is None:
         return None
     # NULL (no expiry, no lease) reads as False.
     return RefreshView(
-        connection=open_tokens(cipher, principal, row),
+        entry=open_tokens(cipher, principal, row),
         due=bool(row["due"]),
         valid=bool(row["valid"]),
         leased=bool(row["leased"]),
@@ -166,7 +166,7 @@ async def claim_refresh(
             it expires after ``lease_for``).
     """
     lease_id = secrets.token_hex(16)
-    params = {**connection_params(principal, provider), "p_skew": skew, "p_lease": lease_id, "p_lease_for": lease_for}
+    params = {**vault_params(principal, provider), "p_skew": skew, "p_lease": lease_id, "p_lease_for": lease_for}
     row = (await conn.execute(_CLAIM, params)).mappings().one_or_none()
     if row is None:
         return None

@@ -1,9 +1,12 @@
 """The token vault: one principal's tokens for one provider, encrypted at rest.
 
+A vault entry is one row of ``provider_connection`` (what the MCP tools call a connection to a
+provider); "connection" in this package otherwise means a database connection.
+
 Invariants:
 
 * Every method takes the principal first and scopes its SQL to (issuer, subject, provider);
-  another principal's connection reads as absent.
+  another principal's entry reads as absent.
 * Access and refresh tokens are sealed by :class:`~store.crypto.TokenCipher` with associated
   data naming this table, the row id, the principal, the provider and the column, so a
   ciphertext copied into another row or column does not decrypt (:func:`seal_tokens`,
@@ -30,23 +33,23 @@ from store.principal import Principal
 from store.scoping import owned_by, principal_params
 
 __all__ = [
-    "CONNECTION_TABLE",
-    "ConnectionInfo",
-    "ConnectionRepository",
-    "StoredConnection",
+    "VAULT_TABLE",
+    "OpenedVaultEntry",
     "TokenSet",
-    "connection_params",
+    "VaultEntry",
+    "VaultRepository",
     "open_tokens",
     "seal_tokens",
     "token_aad",
+    "vault_params",
 ]
 
-CONNECTION_TABLE: Table = table_of(ProviderConnection)
-_conn_t = CONNECTION_TABLE
+VAULT_TABLE: Table = table_of(ProviderConnection)
+_conn_t = VAULT_TABLE
 _TABLE = "provider_connection"
 
-OWNED_CONNECTION: ColumnElement[bool] = and_(owned_by(_conn_t), _conn_t.c.provider == bindparam("p_provider"))
-_OWNED = OWNED_CONNECTION
+OWNED_ENTRY: ColumnElement[bool] = and_(owned_by(_conn_t), _conn_t.c.provider == bindparam("p_provider"))
+_OWNED = OWNED_ENTRY
 INFO_COLUMNS = (
     _conn_t.c.provider,
     _conn_t.c.status,
@@ -100,7 +103,12 @@ _STORE = (
         updated_at=func.now(),
     )
 )
-_NEEDS_REAUTH = update(_conn_t).where(_OWNED).values(status="needs_reauth", updated_at=func.now())
+# Also takes the refresh lease away, so a refresh in flight cannot write "connected" back over the verdict.
+_NEEDS_REAUTH = (
+    update(_conn_t)
+    .where(_OWNED)
+    .values(status="needs_reauth", updated_at=func.now(), refresh_lease_id=None, refresh_lease_until=None)
+)
 _DELETE = delete(_conn_t).where(_OWNED).returning(*FULL_COLUMNS)
 
 
@@ -140,8 +148,8 @@ ConnectionStatus = Literal["connected", "needs_reauth"]
 
 
 @dataclass(frozen=True, slots=True)
-class ConnectionInfo:
-    """What may be shown about a connection: no token material."""
+class VaultEntry:
+    """What may be shown about a vault entry (a user's connection to a provider): no token material."""
 
     provider: str
     status: ConnectionStatus
@@ -152,17 +160,17 @@ class ConnectionInfo:
 
 
 @dataclass(frozen=True, slots=True)
-class StoredConnection:
-    """A connection with its decrypted tokens."""
+class OpenedVaultEntry:
+    """A vault entry with its decrypted tokens."""
 
-    info: ConnectionInfo
+    info: VaultEntry
     tokens: TokenSet
     row_id: int = field(repr=False)
 
 
-def info_of(row: RowMapping) -> ConnectionInfo:
-    """The :class:`ConnectionInfo` of a row selected with :data:`INFO_COLUMNS`."""
-    return ConnectionInfo(
+def info_of(row: RowMapping) -> VaultEntry:
+    """The :class:`VaultEntry` of a row selected with :data:`INFO_COLUMNS`."""
+    return VaultEntry(
         provider=row["provider"],
         status=row["status"],
         scopes=tuple(row["scopes"]),
@@ -177,8 +185,8 @@ def token_aad(row_id: int, principal: Principal, provider: str, column: str) -> 
     return associated_data(_TABLE, row_id, principal.issuer, principal.subject, provider, column)
 
 
-def connection_params(principal: Principal, provider: str) -> dict[str, str]:
-    """Bind values for :data:`OWNED_CONNECTION`."""
+def vault_params(principal: Principal, provider: str) -> dict[str, str]:
+    """Bind values for :data:`OWNED_ENTRY`."""
     return {**principal_params(principal), "p_provider": provider}
 
 
@@ -197,7 +205,7 @@ def seal_tokens(
     }
 
 
-def open_tokens(cipher: TokenCipher, principal: Principal, row: RowMapping) -> StoredConnection:
+def open_tokens(cipher: TokenCipher, principal: Principal, row: RowMapping) -> OpenedVaultEntry:
     """Decrypt a row selected with :data:`FULL_COLUMNS`.
 
     Raises:
@@ -217,33 +225,34 @@ def open_tokens(cipher: TokenCipher, principal: Principal, row: RowMapping) -> S
         scopes=info.scopes,
         token_type=row["token_type"],
     )
-    return StoredConnection(info=info, tokens=tokens, row_id=row_id)
+    return OpenedVaultEntry(info=info, tokens=tokens, row_id=row_id)
 
 
-class ConnectionRepository:
-    """Vault operations on one connection (in the caller's transaction, or autocommit for one statement)."""
+class VaultRepository:
+    """The vault's entries, over one database connection (in the caller's transaction, or autocommit for one
+    statement)."""
 
     def __init__(self, conn: AsyncConnection, cipher: TokenCipher) -> None:
         self._conn = conn
         self._cipher = cipher
 
-    async def list(self, principal: Principal) -> list[ConnectionInfo]:
+    async def list(self, principal: Principal) -> list[VaultEntry]:
         """The principal's connections by provider name. One query, nothing decrypted."""
         rows = await self._conn.execute(_LIST, principal_params(principal))
         return [info_of(row) for row in rows.mappings()]
 
-    async def info(self, principal: Principal, provider: str) -> ConnectionInfo | None:
+    async def info(self, principal: Principal, provider: str) -> VaultEntry | None:
         """The principal's connection to ``provider``, if any. One query, nothing decrypted."""
-        row = (await self._conn.execute(_INFO, connection_params(principal, provider))).mappings().one_or_none()
+        row = (await self._conn.execute(_INFO, vault_params(principal, provider))).mappings().one_or_none()
         return info_of(row) if row is not None else None
 
-    async def read(self, principal: Principal, provider: str) -> StoredConnection | None:
+    async def read(self, principal: Principal, provider: str) -> OpenedVaultEntry | None:
         """The connection with its tokens decrypted, without a lock. One query.
 
         Raises:
             DecryptError: a token does not open with the key ring.
         """
-        row = (await self._conn.execute(_READ, connection_params(principal, provider))).mappings().one_or_none()
+        row = (await self._conn.execute(_READ, vault_params(principal, provider))).mappings().one_or_none()
         return open_tokens(self._cipher, principal, row) if row is not None else None
 
     async def save(self, principal: Principal, provider: str, tokens: TokenSet) -> None:
@@ -253,7 +262,7 @@ class ConnectionRepository:
         the previous grant. Two statements (the row id must be known before the tokens can be bound
         to it), so call it inside a transaction.
         """
-        row_id = (await self._conn.execute(_CLAIM, connection_params(principal, provider))).scalar_one()
+        row_id = (await self._conn.execute(_CLAIM, vault_params(principal, provider))).scalar_one()
         await self._conn.execute(
             _STORE,
             {
@@ -267,7 +276,7 @@ class ConnectionRepository:
 
     async def mark_needs_reauth(self, principal: Principal, provider: str) -> None:
         """Flag the connection as needing a new authorization; the tokens stay for revocation. One statement."""
-        await self._conn.execute(_NEEDS_REAUTH, connection_params(principal, provider))
+        await self._conn.execute(_NEEDS_REAUTH, vault_params(principal, provider))
 
     async def delete(self, principal: Principal, provider: str) -> TokenSet | None:
         """Delete the connection and return its tokens (to revoke upstream); ``None`` if there was none.
@@ -278,5 +287,5 @@ class ConnectionRepository:
             DecryptError: a token does not open with the key ring (the deletion is then rolled
                 back with the caller's transaction).
         """
-        row = (await self._conn.execute(_DELETE, connection_params(principal, provider))).mappings().one_or_none()
+        row = (await self._conn.execute(_DELETE, vault_params(principal, provider))).mappings().one_or_none()
         return open_tokens(self._cipher, principal, row).tokens if row is not None else None

@@ -25,8 +25,8 @@ from sqlalchemy.engine import make_url
 
 from store.db import Database
 from store.demo import seed_demo_catalog
+from store.migrations import upgrade
 from store.principal import Principal
-from store.schema import upgrade
 from tests.support import figures
 from tests.support.devidp import DevIdP, start_devidp
 from tests.support.embedded_postgres import embedded_postgres

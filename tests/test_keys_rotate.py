@@ -12,7 +12,7 @@ from store.crypto import TokenCipher
 from store.db import Database
 from store.flows import FlowRepository
 from store.principal import Principal
-from store.vault import ConnectionRepository, TokenSet
+from store.vault import TokenSet, VaultRepository
 from tests.support.scratch import scratch_database
 
 OLD = secrets.token_urlsafe(32)
@@ -42,7 +42,7 @@ async def _write_under_old_key(url: str) -> str:
                 tokens = TokenSet(
                     access_token=f"at-{n}-SECRET", refresh_token=f"rt-{n}-SECRET", expires_at=None, scopes=()
                 )
-                await ConnectionRepository(conn, old).save(owner, "demo", tokens)
+                await VaultRepository(conn, old).save(owner, "demo", tokens)
             flows = FlowRepository(conn, old)
             flow = await flows.begin(OWNERS[0], "demo", ttl=timedelta(minutes=10))
             await flows.attach_provider_state(
@@ -60,7 +60,7 @@ async def _read_with_new_key_only(url: str) -> tuple[list[tuple[str, str | None]
         async with database.transaction() as conn:
             tokens = []
             for owner in OWNERS:
-                locked = await ConnectionRepository(conn, new).read(owner, "demo")
+                locked = await VaultRepository(conn, new).read(owner, "demo")
                 assert locked is not None
                 tokens.append((locked.tokens.access_token, locked.tokens.refresh_token))
             consumed = await FlowRepository(conn, new).consume_state("state-SECRET")

@@ -17,12 +17,12 @@ from sqlalchemy import select, update
 
 from api.cli import main as cli_main
 from store.audit import AuditRepository
-from store.connections import ConnectionRepository, TokenSet
 from store.crypto import TokenCipher
 from store.db import Database
+from store.migrations import downgrade, upgrade
 from store.models import AuditEvent, table_of
 from store.principal import Principal
-from store.schema import downgrade, upgrade
+from store.vault import TokenSet, VaultRepository
 from tests.conftest import DEMO_CLIENT_ID
 from tests.support.devidp import DevIdP
 from tests.support.scratch import scratch_database
@@ -190,9 +190,7 @@ async def _connect_for_real(
         scopes=("openid", "profile", "email"),
     )
     async with database.transaction() as conn:
-        await ConnectionRepository(conn, TokenCipher([k.encode() for k in keys.split(",")])).save(
-            principal, "demo", tokens
-        )
+        await VaultRepository(conn, TokenCipher([k.encode() for k in keys.split(",")])).save(principal, "demo", tokens)
     return tokens
 
 
@@ -236,7 +234,7 @@ async def test_connections_revoke_revokes_upstream_forgets_the_tokens_and_audits
     assert refused.json()["error"] == "invalid_grant"
     # Locally: nothing stored; the audit trail says the operator did it.
     async with database.one_statement() as conn:
-        assert await ConnectionRepository(conn, TokenCipher([b"x" * 32])).list(principal) == []
+        assert await VaultRepository(conn, TokenCipher([b"x" * 32])).list(principal) == []
         rows = await conn.execute(
             select(_audit.c.action, _audit.c.outcome, _audit.c.detail)
             .where(_audit.c.principal_iss == principal.issuer, _audit.c.principal_sub == principal.subject)

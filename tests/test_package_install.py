@@ -98,7 +98,7 @@ def test_the_installed_package_imports_from_site_packages_and_carries_its_migrat
         [
             str(bin_dir / "python"),
             "-c",
-            "import api, store, migrations; from store.schema import migrations_directory; "
+            "import api, store, migrations; from store.migrations import migrations_directory; "
             "print(api.__file__); print(store.__file__); print(migrations_directory())",
         ],
         cwd=tmp_path,

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from api.settings import Settings, SettingsError
+from api.settings import DatabaseSettings, RetentionSettings, Settings, SettingsError, VaultKeySettings
 
 GOOD_KEY = secrets.token_urlsafe(32)
 REQUIRED = {
@@ -186,6 +186,82 @@ def test_a_lock_timeout_not_below_the_statement_timeout_stops_start_up_naming_bo
     monkeypatch.setenv("DB_STATEMENT_TIMEOUT_MS", "15000")
     monkeypatch.setenv("DB_LOCK_TIMEOUT_MS", lock_timeout)
     with pytest.raises(SettingsError, match=r"DB_LOCK_TIMEOUT_MS \(\d+\) must be below DB_STATEMENT_TIMEOUT_MS"):
+        Settings.from_env()
+
+
+def test_each_key_ring_is_checked_once_when_the_settings_load(
+    env: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import api.settings
+
+    checked: list[str] = []
+    check = api.settings.check_secret_ring
+
+    def counting(name: str, raw: str) -> list[bytes]:
+        checked.append(name)
+        return check(name, raw)
+
+    monkeypatch.setattr(api.settings, "check_secret_ring", counting)
+    settings = Settings.from_env()
+    for _ in range(3):
+        assert settings.state_key_ring == [GOOD_KEY.encode()]
+        assert settings.token_key_ring == [env["TOKEN_ENCRYPTION_KEYS"].encode()]
+    assert sorted(checked) == ["REQUEST_STATE_KEYS", "TOKEN_ENCRYPTION_KEYS"]
+
+
+def test_the_database_settings_need_only_database_url_and_name_a_bad_one(
+    env: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in env:
+        if name != "DATABASE_URL":
+            monkeypatch.delenv(name)
+    assert DatabaseSettings.from_env().database_url == "postgresql+asyncpg://u@db:5432/coatcheck"
+    assert RetentionSettings.from_env().audit_retention_days == 90
+    monkeypatch.setenv("DATABASE_URL", "mysql://u@db/c")
+    with pytest.raises(SettingsError, match="DATABASE_URL must be a postgresql://"):
+        DatabaseSettings.from_env()
+
+
+def test_the_vault_key_settings_refuse_a_weak_ring_without_the_server_secrets(
+    env: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("REQUEST_STATE_KEYS")
+    monkeypatch.delenv("OIDC_CLIENT_SECRET")
+    assert VaultKeySettings.from_env().token_key_ring == [env["TOKEN_ENCRYPTION_KEYS"].encode()]
+    monkeypatch.setenv("TOKEN_ENCRYPTION_KEYS", "short-key")
+    with pytest.raises(SettingsError) as caught:
+        VaultKeySettings.from_env()
+    assert "TOKEN_ENCRYPTION_KEYS: key #1 is shorter than 32 bytes" in str(caught.value)
+    assert "short-key" not in str(caught.value)
+
+
+def test_providers_are_read_once_at_start_up_with_their_client_secret_from_the_named_variable(
+    env: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    secret = secrets.token_urlsafe(24)
+    monkeypatch.setenv("ACME_CLIENT_SECRET", secret)
+    monkeypatch.setenv(
+        "PROVIDERS",
+        '{"acme": {"issuer": "https://idp.example.com", "client_id": "coatcheck", '
+        '"client_secret_env": "ACME_CLIENT_SECRET", "scopes": ["openid"]}}',
+    )
+    settings = Settings.from_env()
+    monkeypatch.delenv("ACME_CLIENT_SECRET")  # nothing reads the environment after start-up
+    (acme,) = settings.provider_configs
+    assert acme.name == "acme"
+    assert acme.client_secret is not None
+    assert acme.client_secret.get_secret_value() == secret
+
+
+def test_both_provider_sources_at_once_stop_start_up(
+    env: dict[str, str], monkeypatch: pytest.MonkeyPatch, tmp_path: "os.PathLike[str]"
+) -> None:
+    path = os.path.join(tmp_path, "providers.json")
+    with open(path, "w") as file:
+        file.write("{}")
+    monkeypatch.setenv("PROVIDERS_FILE", path)
+    monkeypatch.setenv("PROVIDERS", "{}")
+    with pytest.raises(SettingsError, match="set PROVIDERS_FILE or PROVIDERS, not both"):
         Settings.from_env()
 
 

@@ -10,11 +10,9 @@ from dataclasses import asdict
 from datetime import UTC, datetime, timedelta
 from typing import TextIO
 
-from pydantic import ValidationError
-from pydantic_settings import BaseSettings, SettingsConfigDict
-
+from api.settings import DatabaseSettings, SettingsError
 from store.audit import AuditRecord, search_events
-from store.db import Database, PoolerMode, async_database_url
+from store.db import Database
 
 _RELATIVE = re.compile(r"(\d+)([smhd])")
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
@@ -73,25 +71,14 @@ def write(records: Sequence[AuditRecord], output_format: str, out: TextIO) -> No
         out.write("  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip() + "\n")
 
 
-class _AuditSettings(BaseSettings):
-    # Only the database: an operator's shell need not hold the server's secrets.
-    model_config = SettingsConfigDict(env_file=".env", extra="ignore")
-
-    database_url: str
-    db_pooler_mode: PoolerMode = "none"  # the audit may run through the servers' PgBouncer
-
-
-def _settings() -> _AuditSettings:
+def _settings() -> DatabaseSettings:
+    # Only the database (DB_POOLER_MODE too: the audit may run through the servers' PgBouncer):
+    # an operator's shell need not hold the server's secrets.
     try:
-        settings = _AuditSettings()  # type: ignore[call-arg]
-        async_database_url(settings.database_url)
-    except (ValidationError, ValueError):
-        print(
-            "coatcheck: DATABASE_URL must be a postgresql:// URL and DB_POOLER_MODE none or transaction",
-            file=sys.stderr,
-        )
+        return DatabaseSettings.from_env()
+    except SettingsError as exc:
+        print(f"coatcheck: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
-    return settings
 
 
 def run(args: argparse.Namespace) -> int:

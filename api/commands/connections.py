@@ -14,9 +14,9 @@ import httpx2
 from api.app import database_from
 from api.oauth.setup import build_connections
 from api.settings import Settings
-from store.connections import ConnectionRepository
 from store.errors import DecryptError
 from store.principal import Principal
+from store.vault import VaultRepository
 
 ACTOR = "operator"
 _EXPLAIN = {
@@ -44,7 +44,7 @@ async def _revoke(settings: Settings, principal: Principal, only: str | None) ->
             names = [only]
         else:
             async with database.one_statement() as conn:
-                names = [info.provider for info in await ConnectionRepository(conn, connections.cipher).list(principal)]
+                names = [info.provider for info in await VaultRepository(conn, connections.cipher).list(principal)]
             if not names:
                 print("no stored connections for this user")
                 return 0

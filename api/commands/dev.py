@@ -217,7 +217,7 @@ def run_devidp(
 def _prepare_database(database_url: str) -> int:
     from store.db import Database
     from store.demo import seed_demo_catalog
-    from store.schema import upgrade
+    from store.migrations import upgrade
 
     upgrade(database_url)
 

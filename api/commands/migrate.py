@@ -4,7 +4,7 @@ import sys
 
 from sqlalchemy.exc import SQLAlchemyError
 
-from store.schema import schema_status
+from store.migrations import schema_status
 
 
 def check_schema(database_url: str) -> int:

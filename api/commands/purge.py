@@ -14,14 +14,11 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Literal
 
-from pydantic import ValidationError
-from pydantic_settings import BaseSettings, SettingsConfigDict
 from sqlalchemy.exc import SQLAlchemyError
 
-from api.settings import Settings, SettingsError
-from store.db import Database, async_database_url
+from api.settings import RetentionSettings, SettingsError
+from store.db import Database
 from store.retention import PURGEABLE, Purgeable, purge_batch
 
 __all__ = ["RetentionPolicy", "parse_duration", "purge", "purge_periodically", "register"]
@@ -56,7 +53,8 @@ class RetentionPolicy:
         return cls(ages={"oauth_flow": replay_window, "audit_event": age(audit_days), "cart": age(cart_days)})
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> "RetentionPolicy":
+    def from_settings(cls, settings: RetentionSettings) -> "RetentionPolicy":
+        """The policy of ``AUDIT_RETENTION_DAYS``, ``CART_RETENTION_DAYS`` and the requestState lifetime."""
         return cls.of(
             audit_days=settings.audit_retention_days,
             cart_days=settings.cart_retention_days,
@@ -138,32 +136,15 @@ def parse_duration(text: str) -> timedelta:
     return timedelta(seconds=seconds)
 
 
-class _PurgeSettings(BaseSettings):
-    # purge needs the database and the retention settings, not the server's secrets.
-    model_config = SettingsConfigDict(env_file=".env", extra="ignore", case_sensitive=False)
-
-    database_url: str
-    audit_retention_days: int = Settings.model_fields["audit_retention_days"]  # type: ignore[assignment]
-    cart_retention_days: int = Settings.model_fields["cart_retention_days"]  # type: ignore[assignment]
-    request_state_ttl_seconds: int = Settings.model_fields["request_state_ttl_seconds"]  # type: ignore[assignment]
-    db_pooler_mode: Literal["none", "transaction"] = Settings.model_fields["db_pooler_mode"]  # type: ignore[assignment]
-
-
 def _run(_: argparse.Namespace) -> None:
+    # purge needs the database and the retention settings, not the server's secrets.
     try:
-        settings = _PurgeSettings()  # type: ignore[call-arg]
-        url = async_database_url(settings.database_url)
-    except ValidationError as exc:
-        print(f"coatcheck: {SettingsError.from_validation(exc)}", file=sys.stderr)
+        settings = RetentionSettings.from_env()
+    except SettingsError as exc:
+        print(f"coatcheck: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
-    except ValueError:
-        print("coatcheck: DATABASE_URL is not a postgresql:// URL", file=sys.stderr)
-        raise SystemExit(2) from None
-    policy = RetentionPolicy.of(
-        audit_days=settings.audit_retention_days,
-        cart_days=settings.cart_retention_days,
-        request_state_ttl_seconds=settings.request_state_ttl_seconds,
-    )
+    url = settings.database_url
+    policy = RetentionPolicy.from_settings(settings)
 
     async def run() -> dict[str, int]:
         database = Database.connect(url, pool_size=1, max_overflow=0, pooler_mode=settings.db_pooler_mode)

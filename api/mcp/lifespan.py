@@ -25,16 +25,10 @@ class ToolDeps:
 
     database: Database
     cursors: CursorSigner
+    connections: Connections
     max_cart_lines: int
     max_open_carts: int
     idempotency_key_ttl: timedelta
-    connections: Connections | None = None
-
-    def require_connections(self) -> Connections:
-        """The connection service; the connection tools are only registered when there is one."""
-        if self.connections is None:  # pragma: no cover - a wiring mistake, not a caller's
-            raise RuntimeError("connection tools registered without a connection service")
-        return self.connections
 
 
 ToolContext = Context[ToolDeps, Any]

@@ -7,6 +7,7 @@ from mcp.server.auth.settings import AuthSettings
 from mcp.server.mcpserver import MCPServer, RequestStateSecurity
 
 from api.auth import JwtVerifier
+from api.mcp import sdk_hooks
 from api.mcp.capabilities import AdvertisedCapabilities
 from api.mcp.cursors import CursorSigner
 from api.mcp.lifespan import ToolDeps, lifespan_yielding
@@ -30,7 +31,7 @@ LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]
 
 
 def build_mcp_server(
-    settings: Settings, database: Database, verifier: JwtVerifier, *, connections: Connections | None = None
+    settings: Settings, database: Database, verifier: JwtVerifier, connections: Connections
 ) -> MCPServer[ToolDeps]:
     """The production MCP server: every tool, auth required, requestState sealed under the shared ring.
 
@@ -39,10 +40,10 @@ def build_mcp_server(
     tool_deps = ToolDeps(
         database=database,
         cursors=CursorSigner(settings.state_key_ring),
+        connections=connections,
         max_cart_lines=settings.max_cart_lines,
         max_open_carts=settings.max_open_carts,
         idempotency_key_ttl=timedelta(seconds=settings.idempotency_key_ttl_seconds),
-        connections=connections,
     )
     advertised = AdvertisedCapabilities()
     mcp: MCPServer[ToolDeps] = MCPServer(
@@ -64,6 +65,7 @@ def build_mcp_server(
         lifespan=lifespan_yielding(tool_deps),
     )
     advertised.bind(mcp)
+    sdk_hooks.install(mcp)  # skip the SDK's no-op spans and empty Mcp-Param checks (api/mcp/sdk_hooks.py)
     register_cart_tools(
         mcp,
         max_cart_lines=tool_deps.max_cart_lines,
@@ -71,6 +73,5 @@ def build_mcp_server(
         idempotency_key_ttl=tool_deps.idempotency_key_ttl,
     )
     register_order_tools(mcp)
-    if connections is not None:
-        register_connection_tools(mcp)
+    register_connection_tools(mcp)
     return mcp

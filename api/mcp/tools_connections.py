@@ -107,7 +107,7 @@ def _configured(connections: Connections, name: str) -> ProviderConfig:
 @tool_errors
 async def connection_list(ctx: ToolContext) -> Annotated[CallToolResult, ConnectionListOut]:
     """Every configured provider with the caller's connection to it."""
-    connections, principal = deps(ctx).require_connections(), current_principal()
+    connections, principal = deps(ctx).connections, current_principal()
     rows = {info.provider: info for info in await connections.list(principal)}
     out = []
     for provider in connections.registry.providers:
@@ -136,7 +136,7 @@ async def connection_whoami(
     provider: ProviderName, ctx: ToolContext
 ) -> Annotated[CallToolResult, WhoamiOut] | InputRequiredResult:
     """The caller's profile at ``provider``, or a connect link when there is no usable token."""
-    connections = deps(ctx).require_connections()
+    connections = deps(ctx).connections
     config = _configured(connections, provider)
     principal = current_principal()
     state = ConnectState.load(ctx.request_state)
@@ -183,7 +183,7 @@ async def connection_whoami(
 @tool_errors
 async def connection_disconnect(ctx: ToolContext, provider: ProviderName) -> Annotated[CallToolResult, DisconnectOut]:
     """Revoke (where the provider can) and forget the caller's tokens for ``provider``."""
-    connections = deps(ctx).require_connections()
+    connections = deps(ctx).connections
     config = _configured(connections, provider)
     principal = current_principal()
     with provider_step(config, "disconnect"):

@@ -30,13 +30,14 @@ from store.token_refresh import (
     release_after_failure,
     store_refreshed,
 )
-from store.vault import ConnectionRepository, TokenSet
+from store.vault import TokenSet, VaultRepository
 
 __all__ = ["RefreshTiming", "TokenRefresher"]
 
 logger = logging.getLogger(__name__)
 
 Refresh = Callable[[str], Awaitable[TokenSet]]
+Discard = Callable[[TokenSet], Awaitable[str]]
 
 
 class RefreshTiming:
@@ -75,7 +76,9 @@ class TokenRefresher:
         self.skew = skew
         self.timing = timing or RefreshTiming()
 
-    async def usable_tokens(self, principal: Principal, provider: str, refresh: Refresh) -> TokenSet | None:
+    async def usable_tokens(
+        self, principal: Principal, provider: str, refresh: Refresh, discard: Discard | None = None
+    ) -> TokenSet | None:
         """Tokens that are valid now, refreshed first when they expire within the skew.
 
         A fresh token costs one autocommit read. A due token is refreshed by whichever caller
@@ -85,6 +88,9 @@ class TokenRefresher:
         Returns ``None`` when there is no connection or it needs re-authorisation, including
         when ``refresh`` raises :class:`~store.errors.InvalidGrant` (the connection is then
         marked ``needs_reauth`` and the event audited) or an expired token has no refresh token.
+        Also ``None`` when the connection was disconnected (or stopped being connected) while the
+        refresh was in flight: the refreshed tokens are then handed to ``discard`` (which revokes
+        them upstream and names the outcome), never returned or stored.
 
         Raises:
             OAuthFailure: ``refresh_in_progress`` (another caller's refresh did not finish
@@ -115,7 +121,7 @@ class TokenRefresher:
                         conn, self.cipher, principal, provider, skew=self.skew, lease_for=timing.lease_for
                     )
                 if lease is not None:
-                    return await self._refresh(lease, refresh)
+                    return await self._refresh(lease, refresh, discard)
                 # Lost the race to another caller: wait for its result like everybody else.
             if view.valid:
                 return tokens  # good for a little longer: no need to wait for the other refresher
@@ -129,10 +135,10 @@ class TokenRefresher:
 
     async def _needs_reauth(self, principal: Principal, provider: str) -> None:
         async with self.database.transaction() as conn:
-            await ConnectionRepository(conn, self.cipher).mark_needs_reauth(principal, provider)
+            await VaultRepository(conn, self.cipher).mark_needs_reauth(principal, provider)
             await AuditRepository(conn).record(principal, "refresh", provider=provider, outcome="no_refresh_token")
 
-    async def _refresh(self, lease: RefreshLease, refresh: Refresh) -> TokenSet | None:
+    async def _refresh(self, lease: RefreshLease, refresh: Refresh, discard: Discard | None) -> TokenSet | None:
         principal, provider = lease.principal, lease.provider
         try:
             # No connection is checked out here: the provider may take as long as the timeout allows.
@@ -152,12 +158,37 @@ class TokenRefresher:
             await self._record_failure(lease, type(exc).__name__)
             raise
         async with self.database.transaction() as conn:
-            stored = await store_refreshed(conn, self.cipher, lease, fresh)
-            outcome = "ok" if stored else "lease_lost"
-            await AuditRepository(conn).record(principal, "refresh", provider=provider, outcome=outcome)
-        if not stored:
-            logger.warning("a refreshed %s token was not stored: the lease was lost meanwhile", provider)
-        return lease.tokens.merged_with(fresh)
+            if await store_refreshed(conn, self.cipher, lease, fresh):
+                await AuditRepository(conn).record(principal, "refresh", provider=provider, outcome="ok")
+                return lease.tokens.merged_with(fresh)
+            # The lease was lost. Only a refresh of this same, still connected row (another refresher took
+            # the lease over after ours ran out) makes the stored tokens the answer; a connection that was
+            # disconnected (or re-created, or flagged) meanwhile must not get tokens back.
+            current = await read_for_refresh(conn, self.cipher, principal, provider, skew=self.skew)
+            superseded = (
+                current is not None and current.entry.row_id == lease.row_id and current.status == "connected"
+            )
+            if superseded:
+                await AuditRepository(conn).record(
+                    principal, "refresh", provider=provider, outcome="lease_lost", detail="superseded"
+                )
+        if current is not None and superseded:
+            logger.warning("a refreshed %s token was not stored: another refresher took the lease over", provider)
+            return current.tokens
+        # Nobody holds these tokens any more (a rotated refresh token would be stored nowhere): revoke them,
+        # with no connection checked out across the provider call.
+        revocation = "not_revoked"
+        if discard is not None:
+            try:
+                revocation = await discard(fresh)
+            except Exception as exc:  # best effort: the caller is answered "not connected" either way
+                revocation = f"failed ({type(exc).__name__})"
+        logger.warning("a %s connection went away during its refresh; the refreshed tokens: %s", provider, revocation)
+        async with self.database.one_statement() as conn:
+            await AuditRepository(conn).record(
+                principal, "refresh", provider=provider, outcome="lease_lost", detail=f"disconnected; {revocation}"
+            )
+        return None
 
     async def _record_failure(self, lease: RefreshLease, reason: str) -> None:
         logger.warning("refresh of a %s connection failed: %s", lease.provider, reason)

@@ -38,7 +38,7 @@ from store.db import Database
 from store.errors import InvalidGrant, NotFound
 from store.flows import ConsumedFlow, Flow, FlowRepository
 from store.principal import Principal
-from store.vault import ConnectionInfo, ConnectionRepository, TokenSet
+from store.vault import TokenSet, VaultEntry, VaultRepository
 
 logger = logging.getLogger(__name__)
 
@@ -83,7 +83,7 @@ class Connections:
         self.wait_seconds = wait_seconds
         self.refresh_skew = refresh_skew
         self.refresher = TokenRefresher(database, cipher, skew=refresh_skew, timing=refresh_timing)
-        self._transport = transport
+        self._transport = transport  # tests hold a provider's answers with it (a refresh racing a disconnect)
         self._record_refresh = record_refresh
 
     # -- shared -----------------------------------------------------------------------------------
@@ -116,9 +116,9 @@ class Connections:
 
     # -- tool side --------------------------------------------------------------------------------
 
-    async def list(self, principal: Principal) -> list[ConnectionInfo]:
+    async def list(self, principal: Principal) -> list[VaultEntry]:
         async with self.database.one_statement() as conn:
-            return await ConnectionRepository(conn, self.cipher).list(principal)
+            return await VaultRepository(conn, self.cipher).list(principal)
 
     async def usable_tokens(self, principal: Principal, provider: ProviderConfig) -> TokenSet | None:
         """Tokens that are valid now, refreshed first when they expire within the skew (one refresher).
@@ -132,25 +132,33 @@ class Connections:
         client = self.client(provider)
 
         async def refresh(refresh_token: str) -> TokenSet:
-            outcome = "failed"
+            # The outcome is known only once the answer is parsed: a malformed answer is a failure, not "ok".
             try:
                 response = await client.refresh(endpoints.token, refresh_token)
-                outcome = "ok"
+                tokens = self._token_set(provider, response, keep_scopes=True)
             except OAuthFailure as exc:
+                self._count_refresh("invalid_grant" if exc.invalid_grant else "failed")
                 if exc.invalid_grant:
-                    outcome = "invalid_grant"
                     raise InvalidGrant from None
                 raise
-            finally:
-                if self._record_refresh is not None:
-                    self._record_refresh(outcome)
-            return self._token_set(provider, response, keep_scopes=True)
+            except BaseException:
+                self._count_refresh("failed")
+                raise
+            self._count_refresh("ok")
+            return tokens
 
-        return await self.refresher.usable_tokens(principal, provider.name, refresh)
+        async def discard(tokens: TokenSet) -> str:
+            return await self._revoke(provider, tokens)
+
+        return await self.refresher.usable_tokens(principal, provider.name, refresh, discard)
+
+    def _count_refresh(self, outcome: str) -> None:
+        if self._record_refresh is not None:
+            self._record_refresh(outcome)
 
     async def mark_needs_reauth(self, principal: Principal, provider: ProviderConfig, reason: str) -> None:
         async with self.database.transaction() as conn:
-            await ConnectionRepository(conn, self.cipher).mark_needs_reauth(principal, provider.name)
+            await VaultRepository(conn, self.cipher).mark_needs_reauth(principal, provider.name)
             await AuditRepository(conn).record(principal, "profile", provider=provider.name, outcome=reason)
 
     async def profile(self, provider: ProviderConfig, tokens: TokenSet) -> dict[str, Any]:
@@ -203,12 +211,15 @@ class Connections:
     ) -> Disconnected:
         """Forget the tokens, then revoke them upstream (refresh token first, RFC 7009). Idempotent.
 
-        Deleting first means a concurrent refresh (which locks the row) finds nothing afterwards; a
-        revocation that fails is reported and audited, the local tokens are gone either way. ``by`` names
-        who asked when it was not the user (``"operator"``), in the audit entries' detail.
+        No lock is taken: a refresh holds a lease, not a row lock (:mod:`store.token_refresh`). Deleting
+        first means a refresh that starts afterwards finds nothing, and one already in flight has its
+        lease-conditional write-back refused; it then finds the row gone, revokes the tokens it was just
+        given and answers "not connected" (:class:`~api.oauth.refresh.TokenRefresher`). A revocation that
+        fails is reported and audited, the local tokens are gone either way. ``by`` names who asked when
+        it was not the user (``"operator"``), in the audit entries' detail.
         """
         async with self.database.transaction() as conn:
-            tokens = await ConnectionRepository(conn, self.cipher).delete(principal, provider.name)
+            tokens = await VaultRepository(conn, self.cipher).delete(principal, provider.name)
             if tokens is None:
                 await AuditRepository(conn).record(
                     principal, "disconnect", provider=provider.name, outcome="not_connected", detail=by
@@ -321,7 +332,7 @@ class Connections:
         tokens = self._token_set(provider, response, keep_scopes=False)
         flow = consumed.flow
         async with self.database.transaction() as conn:
-            await ConnectionRepository(conn, self.cipher).save(flow.principal, provider.name, tokens)
+            await VaultRepository(conn, self.cipher).save(flow.principal, provider.name, tokens)
             await FlowRepository(conn, self.cipher).finish(flow.handle, "connected")
             await AuditRepository(conn).record(flow.principal, "connect", provider=provider.name, outcome="connected")
 

@@ -1,7 +1,6 @@
 """Build the connection service and the browser routes from the settings (called by ``create_app``)."""
 
-import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from datetime import timedelta
 from urllib.parse import urlsplit
 
@@ -11,7 +10,7 @@ from litestar.handlers import HTTPRouteHandler
 from api.jose import IssuerMetadata, JwksCache
 from api.oauth.client import ClientCredentials, OAuthClient
 from api.oauth.login import OidcLogin
-from api.oauth.providers import ProviderRegistry, load_providers
+from api.oauth.providers import ProviderRegistry
 from api.oauth.routes import LOGIN_CALLBACK_PATH, browser_routes
 from api.oauth.service import Connections
 from api.oauth.session import CookieJar
@@ -28,26 +27,21 @@ def build_connections(
     database: Database,
     http: httpx2.AsyncClient,
     *,
-    environ: Mapping[str, str] | None = None,
     record_refresh: Callable[[str], None] | None = None,
 ) -> Connections:
     """The token vault's cipher, the provider registry and the service over them.
 
     ``record_refresh`` is told the outcome of every token refresh (the metrics, when they are on).
-
-    Raises:
-        ProviderConfigError: the provider configuration is unusable (names the provider, never a secret).
+    The providers (client secrets resolved) come from ``settings``, which read them at start-up.
     """
-    providers = load_providers(
-        providers_file=settings.providers_file,
-        providers_json=settings.providers,
-        environ=os.environ if environ is None else environ,
-    )
     return Connections(
         database=database,
         cipher=TokenCipher(settings.token_key_ring),
         registry=ProviderRegistry(
-            providers=providers, http=http, leeway=settings.jwt_leeway_seconds, jwks_ttl=settings.jwks_cache_seconds
+            providers=settings.provider_configs,
+            http=http,
+            leeway=settings.jwt_leeway_seconds,
+            jwks_ttl=settings.jwks_cache_seconds,
         ),
         http=http,
         public_url=settings.public_url,

@@ -23,7 +23,7 @@ from sqlalchemy.engine import make_url
 
 from store.db import Database
 from store.demo import seed_demo_catalog
-from store.schema import upgrade
+from store.migrations import upgrade
 from tests.support.devidp import DevIdP
 from tests.support.mrtr import another_instance, connect, eventually
 from tests.support.server import RunningServer

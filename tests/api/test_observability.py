@@ -27,10 +27,10 @@ from mcp import Client
 from mcp.shared.exceptions import MCPError
 from prometheus_client.parser import text_string_to_metric_families
 
-from store.connections import ConnectionRepository, TokenSet
 from store.crypto import TokenCipher
 from store.db import Database
 from store.principal import Principal
+from store.vault import TokenSet, VaultRepository
 from tests.support.devidp import DevIdP
 from tests.support.mrtr import ScriptedUser, confirms, connect
 from tests.support.server import RunningServer, run_server
@@ -170,9 +170,7 @@ async def test_each_tool_call_logs_one_json_line_with_its_request_id_tool_outcom
     assert user not in log  # the subject: only its digest
 
 
-async def test_every_logger_writes_in_the_one_json_format(
-    observed: RunningServer, devidp: DevIdP, user: str
-) -> None:
+async def test_every_logger_writes_in_the_one_json_format(observed: RunningServer, devidp: DevIdP, user: str) -> None:
     async with _client(devidp, observed, user) as client:
         await client.call_tool("cart_list", {})
     wait_until(lambda: bool(_tool_lines(observed)), timeout=5, what="a tool-call line")
@@ -324,7 +322,7 @@ async def test_a_refused_token_refresh_is_counted(
         scopes=("openid",),
     )
     async with database.transaction() as conn:
-        await ConnectionRepository(conn, cipher).save(Principal(devidp.issuer, user), "demo", expired)
+        await VaultRepository(conn, cipher).save(Principal(devidp.issuer, user), "demo", expired)
     _, before = _metrics(observed)
     async with _client(devidp, observed, user) as connected:
         # The refresh is refused, so the tool goes on to ask for a new connection, which this client cannot show.
@@ -416,9 +414,7 @@ async def test_spans_reach_an_otlp_collector_over_http(server_env: dict[str, str
                     request = ExportTraceServiceRequest.FromString(body)
                     for resource_spans in request.resource_spans:
                         service = next(
-                            a.value.string_value
-                            for a in resource_spans.resource.attributes
-                            if a.key == "service.name"
+                            a.value.string_value for a in resource_spans.resource.attributes if a.key == "service.name"
                         )
                         for scope_spans in resource_spans.scope_spans:
                             found.extend((service, span.name) for span in scope_spans.spans)

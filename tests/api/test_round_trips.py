@@ -22,8 +22,8 @@ from sqlalchemy.engine import make_url
 from store.carts import CartRepository
 from store.db import Database
 from store.demo import seed_demo_catalog
+from store.migrations import upgrade
 from store.principal import Principal
-from store.schema import upgrade
 from tests.support.devidp import DevIdP
 from tests.support.mrtr import ScriptedUser, another_instance, confirms, connect
 from tests.support.private_postgres import LoggedMessage, PrivatePostgres, private_postgres

@@ -1,29 +1,38 @@
 """The token refresher against the real database: one refresher, waiters that hold no connection, bounded waits.
 
 ``refresh`` stands in for the provider's token endpoint (a coroutine the test controls); the database and the
-lease are real. The end-to-end version with the real dev IdP and two server processes is
-tests/browser/test_refresh_storm.py.
+lease are real. The disconnect-during-refresh test at the end uses the real dev IdP. The end-to-end version with
+the real dev IdP and two server processes is tests/browser/test_refresh_storm.py.
 """
 
 import asyncio
+import json
 import logging
+import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
+import httpx2
 import pytest
 from sqlalchemy import text
 
 from api.oauth.client import OAuthFailure
+from api.oauth.providers import ProviderRegistry, parse_providers
 from api.oauth.refresh import RefreshTiming, TokenRefresher
+from api.oauth.service import Connections
 from store.audit import AuditRepository
 from store.crypto import DecryptError, TokenCipher
 from store.db import Database
 from store.errors import InvalidGrant
 from store.principal import Principal
 from store.token_refresh import claim_refresh
-from store.vault import ConnectionRepository, TokenSet
+from store.vault import TokenSet, VaultRepository
+from tests.conftest import DEMO_CLIENT_ID, demo_provider_config
+from tests.support.devidp import DevIdP
 from tests.support.mrtr import eventually
 from tests.support.sql import recorded_statements
+from tests.test_devidp import Pkce, sign_in, token_request
 
 KEY = b"test-refresh-key-" + b"r" * 20 + b"-0123456789"
 OTHER = b"other-refresh-key-" + b"o" * 20 + b"-ABCDEFGHIJ"
@@ -46,12 +55,12 @@ def _refresher(database: Database, **timing: float) -> TokenRefresher:
 
 async def _save(database: Database, owner: Principal, tokens: TokenSet) -> None:
     async with database.transaction() as conn:
-        await ConnectionRepository(conn, CIPHER).save(owner, "demo", tokens)
+        await VaultRepository(conn, CIPHER).save(owner, "demo", tokens)
 
 
 async def _stored(database: Database, owner: Principal, cipher: TokenCipher = CIPHER) -> TokenSet | None:
     async with database.one_statement() as conn:
-        stored = await ConnectionRepository(conn, cipher).read(owner, "demo")
+        stored = await VaultRepository(conn, cipher).read(owner, "demo")
     return stored.tokens if stored is not None else None
 
 
@@ -170,7 +179,7 @@ async def test_invalid_grant_marks_the_connection_for_reauthorisation_and_return
     assert await refresher.usable_tokens(owner, "demo", refresh) is None
     assert calls == 1
     async with database.one_statement() as conn:
-        info = await ConnectionRepository(conn, CIPHER).info(owner, "demo")
+        info = await VaultRepository(conn, CIPHER).info(owner, "demo")
     assert info is not None
     assert info.status == "needs_reauth"
     assert await _audit(database, owner) == [("refresh", "invalid_grant", None)]
@@ -228,7 +237,7 @@ async def test_an_expired_token_without_a_refresh_token_needs_reauthorisation(
     await _save(database, owner, _tokens("once", expires_in=timedelta(minutes=-1), refresh=False))
     assert await _refresher(database).usable_tokens(owner, "demo", _never) is None
     async with database.one_statement() as conn:
-        info = await ConnectionRepository(conn, CIPHER).info(owner, "demo")
+        info = await VaultRepository(conn, CIPHER).info(owner, "demo")
     assert info is not None
     assert info.status == "needs_reauth"
 
@@ -251,7 +260,7 @@ async def test_no_token_value_appears_in_reprs_errors_or_logs(
     with pytest.raises(RuntimeError):
         await refresher.usable_tokens(owner, "demo", failing)
     async with database.one_statement() as conn:
-        stored = await ConnectionRepository(conn, CIPHER).read(owner, "demo")
+        stored = await VaultRepository(conn, CIPHER).read(owner, "demo")
     assert await refresher.usable_tokens(owner, "demo", refused) is None
     with pytest.raises(DecryptError) as caught:
         await _stored(database, owner, TokenCipher([OTHER]))
@@ -259,3 +268,148 @@ async def test_no_token_value_appears_in_reprs_errors_or_logs(
     for secret in ("at-leak-SECRET", "rt-leak-SECRET", KEY.decode()):
         assert secret not in shown
     assert any(record.name.startswith("api.oauth.refresh") for record in caplog.records)
+
+
+async def test_a_refresh_overtaken_by_a_new_authorization_answers_with_the_new_tokens_and_revokes_nothing(
+    database: Database, new_principal: Callable[[], Principal]
+) -> None:
+    owner = new_principal()
+    await _save(database, owner, _tokens("old", expires_in=timedelta(minutes=-1)))
+    reconnected = _tokens("reconnected")
+    discarded: list[TokenSet] = []
+
+    async def refresh(_: str) -> TokenSet:
+        await _save(database, owner, reconnected)  # the user authorised again meanwhile: the lease is dropped
+        return _tokens("refreshed")
+
+    async def discard(tokens: TokenSet) -> str:
+        discarded.append(tokens)
+        return "revoked"
+
+    assert await _refresher(database).usable_tokens(owner, "demo", refresh, discard) == reconnected
+    assert await _stored(database, owner) == reconnected
+    assert discarded == []
+    assert await _audit(database, owner) == [("refresh", "lease_lost", "superseded")]
+
+
+# --- against the real dev IdP: a disconnect while a refresh is in flight ----------------------------------------
+
+
+class HoldsRefreshAnswers(httpx2.AsyncBaseTransport):
+    """The real HTTP transport, except that the dev IdP's answer to a refresh grant is held back until released.
+
+    The answer is the provider's own (the refresh really happened upstream); holding it opens the window in which
+    the connection is disconnected after the provider issued new tokens and before they are written back.
+    """
+
+    def __init__(self) -> None:
+        self._real = httpx2.AsyncHTTPTransport()
+        self.answered = asyncio.Event()
+        self.release = asyncio.Event()
+        self.issued: dict[str, Any] = {}
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        response = await self._real.handle_async_request(request)
+        if request.method == "POST" and b"grant_type=refresh_token" in await request.aread():
+            self.issued = json.loads(await response.aread())
+            self.answered.set()
+            await self.release.wait()
+        return response
+
+    async def aclose(self) -> None:
+        await self._real.aclose()
+
+
+def _real_grant(devidp: DevIdP, public_url: str, secret: str, username: str) -> dict[str, str]:
+    """Tokens the dev IdP issued to the "demo" client for ``username`` (the code flow, without a browser)."""
+    redirect_uri = f"{public_url}/oauth/callback"
+    pkce = Pkce.new()
+    with httpx2.Client(follow_redirects=False, timeout=10.0) as browser:
+        returned = sign_in(
+            devidp,
+            browser,
+            client_id=DEMO_CLIENT_ID,
+            redirect_uri=redirect_uri,
+            username=username,
+            scope="openid profile email offline_access",
+            pkce=pkce,
+            resource=None,
+        )
+    data = {"grant_type": "authorization_code", "code": returned["code"], "redirect_uri": redirect_uri}
+    response = token_request(devidp, {**data, "code_verifier": pkce.verifier}, auth=(DEMO_CLIENT_ID, secret))
+    assert response.status_code == 200, response.text
+    return dict(response.json())
+
+
+def _introspect(devidp: DevIdP, token: str, secret: str) -> dict[str, Any]:
+    endpoint = httpx2.get(f"{devidp.issuer}/.well-known/openid-configuration", timeout=10.0).json()[
+        "introspection_endpoint"
+    ]
+    response = httpx2.post(endpoint, data={"token": token}, auth=(DEMO_CLIENT_ID, secret), timeout=10.0)
+    assert response.status_code == 200, response.text
+    return dict(response.json())
+
+
+async def test_a_refresh_in_flight_at_disconnect_returns_nothing_stores_nothing_and_revokes_the_new_tokens(
+    database: Database, devidp: DevIdP, public_url: str, oauth_client_secrets: dict[str, str]
+) -> None:
+    secret = oauth_client_secrets[DEMO_CLIENT_ID]
+    owner = Principal(devidp.issuer, f"leaving-{uuid.uuid4().hex[:8]}")
+    issued = await asyncio.to_thread(_real_grant, devidp, public_url, secret, owner.subject)
+    await _save(
+        database,
+        owner,
+        TokenSet(
+            access_token=issued["access_token"],
+            refresh_token=issued["refresh_token"],
+            expires_at=datetime.now(UTC) - timedelta(minutes=1),  # expired: the next use refreshes
+            scopes=("openid", "profile", "email"),
+        ),
+    )
+    (provider,) = parse_providers(json.loads(demo_provider_config(devidp.issuer)), {"DEMO_CLIENT_SECRET": secret})
+    transport = HoldsRefreshAnswers()
+    async with httpx2.AsyncClient(timeout=10.0) as http:
+        connections = Connections(
+            database=database,
+            cipher=CIPHER,
+            registry=ProviderRegistry(providers=(provider,), http=http),
+            http=http,
+            public_url=public_url,
+            flow_ttl=timedelta(minutes=5),
+            wait_seconds=0,
+            refresh_skew=SKEW,
+            transport=transport,
+        )
+        async with asyncio.timeout(30):
+            in_flight = asyncio.create_task(connections.usable_tokens(owner, provider))
+            answered = asyncio.create_task(transport.answered.wait())
+            await asyncio.wait({in_flight, answered}, return_when=asyncio.FIRST_COMPLETED)
+            assert transport.answered.is_set(), f"the refresh never reached the provider: {in_flight.result()!r}"
+            revocations = (await devidp.stats())["revocations"]
+            disconnected = await connections.disconnect(owner, provider)
+            transport.release.set()
+            result = await in_flight
+        await transport.aclose()
+
+    fresh_access, fresh_refresh = transport.issued["access_token"], transport.issued.get("refresh_token")
+    assert fresh_access != issued["access_token"]
+    assert disconnected.was_connected
+    assert disconnected.revocation == "revoked"
+    assert result is None, "the tool call got tokens for a connection that was just disconnected"
+    assert await _stored(database, owner) is None
+    # Upstream: besides the disconnect's two revocations, the refresher revoked what it was given.
+    assert (await devidp.stats())["revocations"] == revocations + 2 + (2 if fresh_refresh else 1)
+    assert (await asyncio.to_thread(_introspect, devidp, fresh_access, secret))["active"] is False
+    if fresh_refresh is not None:
+        refused = await asyncio.to_thread(
+            token_request,
+            devidp,
+            {"grant_type": "refresh_token", "refresh_token": fresh_refresh},
+            (DEMO_CLIENT_ID, secret),
+        )
+        assert refused.status_code == 400
+        assert refused.json()["error"] == "invalid_grant"
+    assert await _audit(database, owner) == [
+        ("disconnect", "revoked", None),
+        ("refresh", "lease_lost", "disconnected; revoked"),
+    ]

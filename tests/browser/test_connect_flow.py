@@ -33,7 +33,7 @@ from store.crypto import TokenCipher
 from store.db import Database
 from store.models import AuditEvent, OAuthFlow, ProviderConnection, table_of
 from store.principal import Principal
-from store.vault import ConnectionRepository, TokenSet
+from store.vault import TokenSet, VaultRepository
 from tests.browser.conftest import BrowserUserFactory
 from tests.browser.harness import BrowserUser, Landing
 from tests.conftest import DEMO_CLIENT_ID, LOGIN_CLIENT_ID, McpClientFactory, devidp_clients
@@ -120,7 +120,7 @@ def _principal(devidp: DevIdP, username: str) -> Principal:
 async def _stored_tokens(database: Database, keys: str, principal: Principal) -> TokenSet | None:
     cipher = TokenCipher([key.encode() for key in keys.split(",")])
     async with database.transaction() as conn:
-        locked = await ConnectionRepository(conn, cipher).read(principal, "demo")
+        locked = await VaultRepository(conn, cipher).read(principal, "demo")
     return locked.tokens if locked is not None else None
 
 

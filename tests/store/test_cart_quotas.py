@@ -13,9 +13,9 @@ from sqlalchemy.engine import make_url
 from store.carts import CartRepository
 from store.db import Database
 from store.errors import Conflict
+from store.migrations import upgrade
 from store.orders import OrderReceipt, OrderRepository
 from store.principal import Principal
-from store.schema import upgrade
 from tests.conftest import _create_database, _drop_database
 from tests.support.sql import recorded_statements
 

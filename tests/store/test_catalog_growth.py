@@ -23,7 +23,7 @@ from api.search_health import DEGRADED, INDEXED, SearchHealth
 from store.catalog import _LIST_ALL, _SEARCH, search_products, trigram_index_present
 from store.db import Database
 from store.demo import seed_demo_catalog
-from store.schema import alembic_config
+from store.migrations import alembic_config
 from tests.support.explain import buffers, explain, rows_removed, scans_table, uses_index
 from tests.support.scratch import scratch_database
 

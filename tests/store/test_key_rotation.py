@@ -7,7 +7,7 @@ from store.crypto import TokenCipher
 from store.db import Database
 from store.key_rotation import count_stale, reencrypt_all
 from store.principal import Principal
-from store.vault import ConnectionRepository, TokenSet
+from store.vault import TokenSet, VaultRepository
 from tests.support.scratch import scratch_database
 
 KEY = b"test-vault-key-" + b"k" * 20 + b"-0123456789"
@@ -26,7 +26,7 @@ def _tokens(tag: str, *, refresh: bool = True) -> TokenSet:
 
 async def _stored_tokens(database: Database, owner: Principal, cipher: TokenCipher) -> TokenSet | None:
     async with database.one_statement() as conn:
-        stored = await ConnectionRepository(conn, cipher).read(owner, "demo")
+        stored = await VaultRepository(conn, cipher).read(owner, "demo")
     return stored.tokens if stored is not None else None
 
 
@@ -43,10 +43,10 @@ def test_key_rotation_moves_every_row_to_the_newest_key(admin_database_url: str)
             old, ring, new = TokenCipher([OLD]), TokenCipher([NEW, OLD]), TokenCipher([NEW])
             for n, owner in enumerate(owners):
                 async with database.transaction() as conn:
-                    await ConnectionRepository(conn, old).save(owner, "demo", _tokens(f"r{n}", refresh=n % 2 == 0))
+                    await VaultRepository(conn, old).save(owner, "demo", _tokens(f"r{n}", refresh=n % 2 == 0))
             async with database.transaction() as conn:
                 stranger = Principal("https://issuer.test", "stranger")
-                await ConnectionRepository(conn, TokenCipher([KEY])).save(stranger, "demo", _tokens("s"))
+                await VaultRepository(conn, TokenCipher([KEY])).save(stranger, "demo", _tokens("s"))
             for n, owner in enumerate(owners):
                 tokens = await _stored_tokens(database, owner, ring)
                 assert tokens is not None

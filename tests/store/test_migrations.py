@@ -12,8 +12,8 @@ from sqlalchemy.engine import Connection, make_url
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from store.db import async_database_url
+from store.migrations import downgrade, upgrade
 from store.models import Base
-from store.schema import downgrade, upgrade
 from tests.conftest import _create_database, _drop_database
 
 

@@ -14,7 +14,7 @@ from store.token_refresh import (
     release_after_failure,
     store_refreshed,
 )
-from store.vault import ConnectionRepository, TokenSet
+from store.vault import TokenSet, VaultRepository
 
 CIPHER = TokenCipher([b"test-lease-key-" + b"l" * 20 + b"-0123456789"])
 SKEW = timedelta(minutes=1)
@@ -32,7 +32,7 @@ def _tokens(tag: str, *, expires_in: timedelta | None = timedelta(minutes=-1), r
 
 async def _save(database: Database, owner: Principal, tokens: TokenSet) -> None:
     async with database.transaction() as conn:
-        await ConnectionRepository(conn, CIPHER).save(owner, "demo", tokens)
+        await VaultRepository(conn, CIPHER).save(owner, "demo", tokens)
 
 
 async def _claim(database: Database, owner: Principal, lease_for: timedelta = LEASE):  # type: ignore[no-untyped-def]
@@ -96,7 +96,7 @@ async def test_the_write_back_stores_the_new_tokens_releases_the_lease_and_keeps
         view = await read_for_refresh(conn, CIPHER, owner, "demo", skew=SKEW)
     assert view is not None
     assert (view.leased, view.cooling) == (False, False)
-    assert view.connection.info.refreshed_at is not None
+    assert view.entry.info.refreshed_at is not None
 
 
 async def test_a_write_back_whose_lease_expired_and_was_taken_over_stores_nothing(
@@ -127,6 +127,24 @@ async def test_a_new_authorization_drops_the_lease_so_the_old_grants_write_back_
     async with database.transaction() as conn:
         assert not await store_refreshed(conn, CIPHER, lease, _tokens("late", expires_in=timedelta(hours=1)))
     assert (await _stored(database, owner)).access_token == "at-reconnected-SECRET"
+
+
+async def test_a_needs_reauth_verdict_drops_the_lease_so_a_refresh_in_flight_cannot_reconnect_it(
+    database: Database, new_principal: Callable[[], Principal]
+) -> None:
+    owner = new_principal()
+    await _save(database, owner, _tokens("old"))
+    lease = await _claim(database, owner)
+    assert lease is not None
+    async with database.one_statement() as conn:
+        await VaultRepository(conn, CIPHER).mark_needs_reauth(owner, "demo")
+    async with database.transaction() as conn:
+        assert not await store_refreshed(conn, CIPHER, lease, _tokens("late", expires_in=timedelta(hours=1)))
+    async with database.one_statement() as conn:
+        view = await read_for_refresh(conn, CIPHER, owner, "demo", skew=SKEW)
+    assert view is not None
+    assert view.status == "needs_reauth"
+    assert view.tokens.access_token == "at-old-SECRET"
 
 
 async def test_after_a_failure_nobody_claims_the_lease_until_the_cool_down_passes(

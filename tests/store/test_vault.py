@@ -14,7 +14,7 @@ from store.crypto import DecryptError, TokenCipher
 from store.db import Database
 from store.models import ProviderConnection, table_of
 from store.principal import Principal
-from store.vault import ConnectionRepository, TokenSet
+from store.vault import TokenSet, VaultRepository
 
 KEY = b"test-vault-key-" + b"k" * 20 + b"-0123456789"
 OLD = b"old-vault-key-" + b"o" * 20 + b"-abcdefghij"
@@ -36,12 +36,12 @@ def _tokens(tag: str, *, expires_in: timedelta | None = timedelta(hours=1), refr
 
 async def _save(database: Database, owner: Principal, tokens: TokenSet, provider: str = "demo") -> None:
     async with database.transaction() as conn:
-        await ConnectionRepository(conn, CIPHER).save(owner, provider, tokens)
+        await VaultRepository(conn, CIPHER).save(owner, provider, tokens)
 
 
 async def _stored_tokens(database: Database, owner: Principal, cipher: TokenCipher = CIPHER) -> TokenSet | None:
     async with database.one_statement() as conn:
-        stored = await ConnectionRepository(conn, cipher).read(owner, "demo")
+        stored = await VaultRepository(conn, cipher).read(owner, "demo")
     return stored.tokens if stored is not None else None
 
 
@@ -60,7 +60,7 @@ async def test_saved_tokens_come_back_decrypted_and_are_stored_only_as_ciphertex
                 )
             )
         ).one()
-        info = await ConnectionRepository(conn, CIPHER).info(owner, "demo")
+        info = await VaultRepository(conn, CIPHER).info(owner, "demo")
     assert all(value.startswith(CIPHER.current_prefix) for value in raw)
     assert "SECRET" not in "".join(raw)
     assert info is not None
@@ -80,7 +80,7 @@ async def test_list_shows_every_provider_of_the_principal_without_token_material
     await _save(database, owner, _tokens("b"), provider="zeta")
     await _save(database, owner, _tokens("a"), provider="alpha")
     async with database.transaction() as conn:
-        listed = await ConnectionRepository(conn, CIPHER).list(owner)
+        listed = await VaultRepository(conn, CIPHER).list(owner)
     assert [(c.provider, c.status) for c in listed] == [("alpha", "connected"), ("zeta", "connected")]
     assert "SECRET" not in repr(listed)
 
@@ -91,14 +91,14 @@ async def test_saving_again_replaces_the_tokens_and_reconnects_a_connection_that
     owner = new_principal()
     await _save(database, owner, _tokens("first"))
     async with database.transaction() as conn:
-        await ConnectionRepository(conn, CIPHER).mark_needs_reauth(owner, "demo")
-        info = await ConnectionRepository(conn, CIPHER).info(owner, "demo")
+        await VaultRepository(conn, CIPHER).mark_needs_reauth(owner, "demo")
+        info = await VaultRepository(conn, CIPHER).info(owner, "demo")
     assert info is not None
     assert info.status == "needs_reauth"
     second = _tokens("second", refresh=False)
     await _save(database, owner, second)
     async with database.transaction() as conn:
-        info = await ConnectionRepository(conn, CIPHER).info(owner, "demo")
+        info = await VaultRepository(conn, CIPHER).info(owner, "demo")
         count = await conn.scalar(
             select(func.count()).select_from(_table).where(_table.c.principal_sub == owner.subject)
         )
@@ -115,14 +115,14 @@ async def test_another_principal_sees_and_changes_nothing(
     tokens = _tokens("alice")
     await _save(database, alice, tokens)
     async with database.transaction() as conn:
-        vault = ConnectionRepository(conn, CIPHER)
+        vault = VaultRepository(conn, CIPHER)
         assert await vault.list(bob) == []
         assert await vault.info(bob, "demo") is None
         assert await vault.read(bob, "demo") is None
         await vault.mark_needs_reauth(bob, "demo")
         assert await vault.delete(bob, "demo") is None
     async with database.transaction() as conn:
-        info = await ConnectionRepository(conn, CIPHER).info(alice, "demo")
+        info = await VaultRepository(conn, CIPHER).info(alice, "demo")
     assert info is not None
     assert info.status == "connected"
     assert await _stored_tokens(database, alice) == tokens
@@ -162,8 +162,8 @@ async def test_delete_returns_the_tokens_for_revocation_and_a_second_delete_retu
     tokens = _tokens("gone")
     await _save(database, owner, tokens)
     async with database.transaction() as conn:
-        assert await ConnectionRepository(conn, CIPHER).delete(owner, "demo") == tokens
+        assert await VaultRepository(conn, CIPHER).delete(owner, "demo") == tokens
     async with database.transaction() as conn:
-        vault = ConnectionRepository(conn, CIPHER)
+        vault = VaultRepository(conn, CIPHER)
         assert await vault.delete(owner, "demo") is None
         assert await vault.info(owner, "demo") is None

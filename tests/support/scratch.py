@@ -11,7 +11,7 @@ from contextlib import contextmanager
 
 from sqlalchemy.engine import make_url
 
-from store.schema import upgrade
+from store.migrations import upgrade
 from tests.conftest import _create_database, _drop_database
 
 

@@ -1,4 +1,4 @@
-"""Run the Alembic migration chain programmatically (``coatcheck migrate`` and the tests use this)."""
+"""Run the Alembic migration chain in `migrations/` programmatically (`coatcheck migrate` and the tests use this)."""
 
 import asyncio
 from dataclasses import dataclass

@@ -13,6 +13,7 @@ import textwrap
 from pathlib import Path
 from typing import Annotated, Any
 
+import httpx2
 from mcp.server.context import CallNext, ServerRequestContext
 from mcp.server.mcpserver import MCPServer
 from mcp.shared.inbound import validate_mcp_param_headers
@@ -20,6 +21,7 @@ from pydantic import Field
 
 from api.mcp.sdk_hooks import McpParamSchemas, SpansWhileTracing
 from api.mcp.server import build_mcp_server
+from api.oauth.setup import build_connections
 from api.settings import Settings
 from store.db import Database
 
@@ -41,7 +43,9 @@ def _production_server() -> MCPServer:
         oidc_client_id="coatcheck-test",
         oidc_client_secret=secrets.token_urlsafe(32),
     )
-    return build_mcp_server(settings, Database.connect(settings.database_url), _NoVerifier())  # type: ignore[arg-type]
+    database = Database.connect(settings.database_url)
+    connections = build_connections(settings, database, httpx2.AsyncClient())  # never called here
+    return build_mcp_server(settings, database, _NoVerifier(), connections)  # type: ignore[arg-type]
 
 
 def _lookup(mcp: MCPServer) -> McpParamSchemas:

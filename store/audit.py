@@ -95,7 +95,16 @@ class AuditRepository:
     async def list(self, principal: Principal, *, limit: int = 100) -> list[AuditEntry]:
         """The principal's events, newest first. One query."""
         rows = await self._conn.execute(_LIST, {**principal_params(principal), "p_limit": max(0, limit)})
-        return [AuditEntry(*row) for row in rows]
+        return [
+            AuditEntry(
+                action=row.action,
+                provider=row.provider,
+                outcome=row.outcome,
+                detail=row.detail,
+                created_at=row.created_at,
+            )
+            for row in rows
+        ]
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,4 +159,16 @@ async def search_events(
     # The newest ``limit`` events, shown oldest first like a log.
     newest = stmt.order_by(_event.c.created_at.desc(), _event.c.id.desc()).limit(max(0, limit)).subquery()
     rows = await conn.execute(select(newest).order_by(newest.c.created_at, newest.c.id))
-    return [AuditRecord(*row) for row in rows]
+    return [
+        AuditRecord(
+            id=row.id,
+            created_at=row.created_at,
+            issuer=row.principal_iss,
+            subject=row.principal_sub,
+            action=row.action,
+            provider=row.provider,
+            outcome=row.outcome,
+            detail=row.detail,
+        )
+        for row in rows
+    ]

@@ -10,7 +10,7 @@ idempotent with a client-chosen key; listing is by keyset pages (``store/paging.
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Literal
 
 from sqlalchemy import (
     Select,
@@ -45,13 +45,17 @@ _item = table_of(CartItem)
 _product = table_of(Product)
 
 
+CartStatus = Literal["open", "checked_out"]
+"""``checked_out``: an order was placed from the cart, which can no longer change."""
+
+
 @dataclass(frozen=True, slots=True)
 class CartView:
     """A cart with its lines and total."""
 
     handle: str
     version: int
-    status: str
+    status: CartStatus
     items: list[PricedLine]
     total_cents: int
     currency: str | None
@@ -63,7 +67,7 @@ class CartSummary:
 
     handle: str
     version: int
-    status: str
+    status: CartStatus
     line_count: int
     item_count: int
     total_cents: int
@@ -312,17 +316,16 @@ class CartRepository:
         rows = (await self._conn.execute(_VIEW, {"p_handle": handle, **principal_params(principal)})).all()
         if not rows:
             raise NotFound("cart", handle)
-        version, status = rows[0][0], rows[0][1]
         lines = [
-            PricedLine(sku=sku, name=name, quantity=qty, unit_price_cents=price)
-            for _, _, sku, name, qty, price, _ in rows
-            if sku is not None
+            PricedLine(sku=row.sku, name=row.name, quantity=row.quantity, unit_price_cents=row.unit_price_cents)
+            for row in rows
+            if row.sku is not None
         ]
-        currency = next((row[6] for row in rows if row[6] is not None), None)
+        currency = next((row.currency for row in rows if row.currency is not None), None)
         return CartView(
             handle=handle,
-            version=version,
-            status=status,
+            version=rows[0].version,
+            status=rows[0].status,
             items=lines,
             total_cents=sum(line.line_total_cents for line in lines),
             currency=currency,
@@ -366,17 +369,17 @@ class CartRepository:
             rows = (await self._conn.execute(_SET_ITEM, params)).all()
             if rows:
                 lines = [
-                    PricedLine(sku=line_sku, name=name, quantity=qty, unit_price_cents=price)
-                    for _, line_sku, name, qty, price, _ in rows
-                    if line_sku is not None
+                    PricedLine(sku=row.sku, name=row.name, quantity=row.quantity, unit_price_cents=row.unit_price_cents)
+                    for row in rows
+                    if row.sku is not None
                 ]
                 return CartView(
                     handle=handle,
-                    version=rows[0][0],
+                    version=rows[0].version,
                     status="open",
                     items=lines,
                     total_cents=sum(line.line_total_cents for line in lines),
-                    currency=rows[0][5] if lines else None,
+                    currency=rows[0].currency if lines else None,
                 )
             await self._explain_refused(params, expected_version, max_lines)
         raise Conflict("the cart is being changed by several calls at once; call cart_view, then retry")
@@ -424,16 +427,16 @@ class CartRepository:
             )
         rows = [
             CartSummary(
-                handle=handle,
-                version=version,
-                status=status,
-                line_count=lines,
-                item_count=int(items),
-                total_cents=int(total),
-                currency=currency,
-                created_at=created_at,
+                handle=row.handle,
+                version=row.version,
+                status=row.status,
+                line_count=row.line_count,
+                item_count=int(row.item_count),
+                total_cents=int(row.total_cents),
+                currency=row.currency,
+                created_at=row.created_at,
             )
-            for handle, version, status, lines, items, total, currency, created_at in result
+            for row in result
         ]
         return page_of(rows, limit, lambda cart: Position(at=cart.created_at, handle=cart.handle))
 

@@ -1,8 +1,9 @@
 """The product catalog: shared, read-mostly, not owned by any principal."""
 
 from dataclasses import dataclass
+from typing import Any
 
-from sqlalchemy import Text, and_, bindparam, func, literal, or_, select, text, union_all
+from sqlalchemy import Row, Text, and_, bindparam, func, literal, or_, select, text, union_all
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -92,6 +93,10 @@ _SEARCH = union_all(
 ).limit(bindparam("p_limit"))
 
 
+def _product_of(row: Row[*tuple[Any, ...]]) -> ProductRow:
+    return ProductRow(sku=row.sku, name=row.name, unit_price_cents=row.unit_price_cents, currency=row.currency)
+
+
 async def search_products(conn: AsyncConnection, query: str, limit: int) -> SearchResult:
     """Products whose sku or name contains ``query`` (case-insensitive): sku-prefix matches first.
 
@@ -102,11 +107,11 @@ async def search_products(conn: AsyncConnection, query: str, limit: int) -> Sear
     """
     if not query:
         listed = (await conn.execute(_LIST_ALL, {"p_limit": limit + 1})).all()
-        return SearchResult(products=[ProductRow(*row) for row in listed[:limit]], more=len(listed) > limit)
+        return SearchResult(products=[_product_of(row) for row in listed[:limit]], more=len(listed) > limit)
     lo, hi = _prefix_range(query) or ("", "")  # an empty range matches nothing
     params = {"p_lo": lo, "p_hi": hi, "p_pattern": f"%{_escape_like(query)}%", "p_limit": limit + 1}
-    rows = sorted((await conn.execute(_SEARCH, params)).all(), key=lambda row: int(row[0]))  # stable: groups in order
-    products = [ProductRow(sku, name, price, currency) for _, sku, name, price, currency in rows[:limit]]
+    rows = sorted((await conn.execute(_SEARCH, params)).all(), key=lambda row: int(row.grp))  # stable: groups in order
+    products = [_product_of(row) for row in rows[:limit]]
     return SearchResult(products=products, more=len(rows) > limit)
 
 

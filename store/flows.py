@@ -29,7 +29,7 @@ import logging
 import re
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Literal
 
 from sqlalchemy import Interval, RowMapping, and_, bindparam, case, func, insert, literal, not_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -129,6 +129,10 @@ _FINISH = (
 )
 
 
+FlowStatus = Literal["pending", "connected", "denied", "failed", "expired"]
+"""``expired`` is never stored: it is how a pending flow past ``expires_at`` reads."""
+
+
 @dataclass(frozen=True, slots=True)
 class Flow:
     """A connect flow as callers see it. ``status`` is ``expired`` for a pending flow past ``expires_at``."""
@@ -136,7 +140,7 @@ class Flow:
     handle: str
     principal: Principal
     provider: str
-    status: str
+    status: FlowStatus
     created_at: datetime
     expires_at: datetime
     error: str | None
@@ -323,18 +327,19 @@ async def reencrypt_flow_batch(
     if not rows:
         return 0, None
     updates: list[dict[str, Any]] = []
-    for row_id, handle, sealed in rows:
-        aad = _secrets_aad(handle)
+    for row in rows:
+        aad = _secrets_aad(row.handle)
         try:
-            updates.append({"b_id": row_id, "b_secrets": cipher.encrypt(cipher.decrypt(sealed, aad=aad), aad=aad)})
+            sealed = cipher.encrypt(cipher.decrypt(row.secrets_enc, aad=aad), aad=aad)
+            updates.append({"b_id": row.id, "b_secrets": sealed})
         except DecryptError as exc:
-            logger.warning("oauth_flow id=%d: secrets not re-encrypted: %s", row_id, exc)
+            logger.warning("oauth_flow id=%d: secrets not re-encrypted: %s", row.id, exc)
     if updates:
         await conn.execute(
             update(_flow).where(_flow.c.id == bindparam("b_id")).values(secrets_enc=bindparam("b_secrets")),
             updates,
         )
-    return len(updates), rows[-1][0]
+    return len(updates), rows[-1].id
 
 
 async def count_stale_flow_secrets(conn: AsyncConnection, cipher: TokenCipher) -> int:

@@ -69,8 +69,9 @@ async def _reencrypt_connection_batch(
     if not rows:
         return 0, None
     updates: list[dict[str, Any]] = []
-    for row_id, issuer, subject, provider, access_enc, refresh_enc in rows:
-        principal = Principal(issuer=issuer, subject=subject)
+    for row in rows:
+        row_id, provider, access_enc, refresh_enc = row.id, row.provider, row.access_token_enc, row.refresh_token_enc
+        principal = Principal(issuer=row.principal_iss, subject=row.principal_sub)
         access_aad = token_aad(row_id, principal, provider, "access_token")
         refresh_aad = token_aad(row_id, principal, provider, "refresh_token")
         try:
@@ -94,7 +95,7 @@ async def _reencrypt_connection_batch(
             .values(access_token_enc=bindparam("b_access"), refresh_token_enc=bindparam("b_refresh")),
             updates,
         )
-    return len(updates), rows[-1][0]
+    return len(updates), rows[-1].id
 
 
 async def reencrypt_all(conn: AsyncConnection, cipher: TokenCipher, *, batch_size: int = 500) -> int:

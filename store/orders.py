@@ -21,13 +21,13 @@ confirmation). The unique constraints back this up.
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 from sqlalchemy import BigInteger, Integer, Select, String, Text, bindparam, func, insert, select, true, tuple_, update
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from store.carts import CART_PREFIX
+from store.carts import CART_PREFIX, CartStatus
 from store.errors import Conflict, InvalidInput, NotFound
 from store.handles import is_well_formed, new_handle
 from store.lines import PricedLine
@@ -46,6 +46,10 @@ _item = table_of(CartItem)
 _product = table_of(Product)
 _order = table_of(Order)
 _line = table_of(OrderLine)
+
+
+OrderStatus = Literal["placed"]
+"""Orders never change once placed; the type leaves room for later states."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,7 +80,7 @@ class OrderReceipt:
     handle: str
     total_cents: int
     currency: str
-    status: str
+    status: OrderStatus
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,7 +89,7 @@ class OrderView:
 
     handle: str
     cart_handle: str
-    status: str
+    status: OrderStatus
     items: list[PricedLine]
     item_count: int
     total_cents: int
@@ -99,7 +103,7 @@ class OrderSummary:
 
     handle: str
     cart_handle: str
-    status: str
+    status: OrderStatus
     line_count: int
     item_count: int
     total_cents: int
@@ -122,7 +126,7 @@ class _CartSnapshot:
 
     cart_id: int
     version: int
-    status: str
+    status: CartStatus
     lines: list[_PricedLine]
     order: OrderReceipt | None
     order_nonce: str | None
@@ -154,11 +158,11 @@ _SNAPSHOT = (
         _item.c.quantity,
         _product.c.unit_price_cents,
         _product.c.currency,
-        _order.c.handle,
+        _order.c.handle.label("order_handle"),
         _order.c.checkout_nonce,
-        _order.c.total_cents,
-        _order.c.currency,
-        _order.c.status,
+        _order.c.total_cents.label("order_total_cents"),
+        _order.c.currency.label("order_currency"),
+        _order.c.status.label("order_status"),
     )
     .select_from(
         _cart.outerjoin(_item, _item.c.cart_id == _cart.c.id)
@@ -330,19 +334,30 @@ class OrderRepository:
             return None
         first = rows[0]
         order = None
-        if first[8] is not None:
-            order = OrderReceipt(handle=first[8], total_cents=first[10], currency=first[11], status=first[12])
+        if first.order_handle is not None:
+            order = OrderReceipt(
+                handle=first.order_handle,
+                total_cents=first.order_total_cents,
+                currency=first.order_currency,
+                status=first.order_status,
+            )
         return _CartSnapshot(
-            cart_id=first[0],
-            version=first[1],
-            status=first[2],
+            cart_id=first.id,
+            version=first.version,
+            status=first.status,
             lines=[
-                _PricedLine(sku=row[3], name=row[4], quantity=row[5], unit_price_cents=row[6], currency=row[7])
+                _PricedLine(
+                    sku=row.sku,
+                    name=row.name,
+                    quantity=row.quantity,
+                    unit_price_cents=row.unit_price_cents,
+                    currency=row.currency,
+                )
                 for row in rows
-                if row[3] is not None
+                if row.sku is not None
             ],
             order=order,
-            order_nonce=first[9],
+            order_nonce=first.checkout_nonce,
         )
 
     async def quote(self, principal: Principal, cart_handle: str) -> CheckoutQuote:
@@ -444,7 +459,7 @@ class OrderRepository:
         row = (await self._conn.execute(_PLACED_WITH, {"p_nonce": nonce, **principal_params(principal)})).one_or_none()
         if row is None:
             return None
-        return OrderReceipt(handle=row[0], total_cents=row[1], currency=row[2], status=row[3])
+        return OrderReceipt(handle=row.handle, total_cents=row.total_cents, currency=row.currency, status=row.status)
 
     async def view(self, principal: Principal, handle: str) -> OrderView:
         """The order with its lines, in one query.
@@ -457,21 +472,21 @@ class OrderRepository:
         rows = (await self._conn.execute(_VIEW, {"p_order": handle, **principal_params(principal)})).all()
         if not rows:
             raise NotFound("order", handle)
-        cart_handle, status, total, currency, placed_at = rows[0][:5]
+        first = rows[0]
         lines = [
-            PricedLine(sku=sku, name=name, quantity=qty, unit_price_cents=price)
-            for *_, sku, name, qty, price in rows
-            if sku is not None
+            PricedLine(sku=row.sku, name=row.name, quantity=row.quantity, unit_price_cents=row.unit_price_cents)
+            for row in rows
+            if row.sku is not None
         ]
         return OrderView(
             handle=handle,
-            cart_handle=cart_handle,
-            status=status,
+            cart_handle=first.cart_handle,
+            status=first.status,
             items=lines,
             item_count=sum(line.quantity for line in lines),
-            total_cents=total,
-            currency=currency,
-            placed_at=placed_at,
+            total_cents=first.total_cents,
+            currency=first.currency,
+            placed_at=first.placed_at,
         )
 
     async def list(
@@ -490,16 +505,16 @@ class OrderRepository:
             )
         rows = [
             OrderSummary(
-                handle=handle,
-                cart_handle=cart_handle,
-                status=status,
-                line_count=lines,
-                item_count=int(items),
-                total_cents=total,
-                currency=currency,
-                placed_at=placed_at,
+                handle=row.handle,
+                cart_handle=row.cart_handle,
+                status=row.status,
+                line_count=row.line_count,
+                item_count=int(row.item_count),
+                total_cents=row.total_cents,
+                currency=row.currency,
+                placed_at=row.placed_at,
             )
-            for handle, cart_handle, status, lines, items, total, currency, placed_at in result
+            for row in result
         ]
         return page_of(rows, limit, lambda order: Position(at=order.placed_at, handle=order.handle))
 

@@ -20,6 +20,7 @@ Invariants:
 
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from typing import Literal
 
 from sqlalchemy import RowMapping, Table, and_, bindparam, delete, func, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
@@ -142,12 +143,16 @@ class TokenSet:
         )
 
 
+ConnectionStatus = Literal["connected", "needs_reauth"]
+"""``needs_reauth``: the provider refused the grant; the user must connect again."""
+
+
 @dataclass(frozen=True, slots=True)
 class VaultEntry:
     """What may be shown about a vault entry (a user's connection to a provider): no token material."""
 
     provider: str
-    status: str  # "connected" | "needs_reauth"
+    status: ConnectionStatus
     scopes: tuple[str, ...]
     connected_at: datetime
     expires_at: datetime | None

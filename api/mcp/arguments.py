@@ -9,6 +9,8 @@ from typing import Annotated
 
 from pydantic import Field
 
+from store.paging import MAX_PAGE_SIZE
+
 # No C0 control characters (NUL included) and no DEL in anything that reaches SQL.
 NO_CONTROL_CHARACTERS = r"^[^\x00-\x1f\x7f]*$"
 INT32_MAX = 2**31 - 1
@@ -50,4 +52,5 @@ IdempotencyKey = Annotated[
         pattern=r"^[\x21-\x7e]+$",
     ),
 ]
+PageSize = Annotated[int, Field(ge=1, le=MAX_PAGE_SIZE, description=f"1..{MAX_PAGE_SIZE} items per page")]
 Int32 = Annotated[int, Field(ge=-INT32_MAX - 1, le=INT32_MAX)]

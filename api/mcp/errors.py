@@ -1,21 +1,37 @@
-"""Store errors become short tool errors the model can act on.
+"""The one place where store and provider errors become tool errors the model can act on.
 
-The text names what to do next and echoes at most the handle the caller sent.
-A foreign handle and a made-up one produce the same text, and nothing from the
-database, the driver, or a stack trace ever reaches the caller: the SDK replaces
-any unanticipated exception with a generic "Error executing tool <name>".
+Every tool is wrapped in :func:`tool_errors`. The text names what to do next and echoes at most
+the handle the caller sent. A foreign handle and a made-up one produce the same text, and nothing
+from the database, the driver, a provider's response body or a stack trace ever reaches the caller:
+the SDK replaces any unanticipated exception with a generic "Error executing tool <name>".
+
+A provider error's text depends on which provider and what the tool was doing with it (renewing
+the access, reading the profile, revoking), which the exception itself does not know. So tools
+name that step with :func:`provider_step` around the call; the translation still happens here.
+
+Tools raise ``ToolError`` themselves only for verdicts of their own (an expired connect link, a
+spent confirmation), and ``MCPError`` only where the protocol prescribes a JSON-RPC error code.
 """
 
-from collections.abc import Awaitable, Callable
+import logging
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from functools import wraps
-from typing import ParamSpec, TypeVar
+from typing import Literal, ParamSpec, TypeVar
 
 from mcp.server.mcpserver.exceptions import ToolError
 
-from store.errors import Conflict, InvalidInput, NotFound, Unavailable
+from api.oauth.client import OAuthFailure
+from api.oauth.providers import ProviderConfig, ProviderUnavailable
+from store.errors import Conflict, DecryptError, InvalidInput, NotFound, Unavailable
+
+logger = logging.getLogger(__name__)
 
 P = ParamSpec("P")
 R = TypeVar("R")
+
+Step = Literal["renew", "profile", "disconnect"]
+"""What a tool was doing with a provider when it failed: renewing the access, reading the profile, revoking."""
 
 _HINTS = {
     "cart": "use cart_list to see your carts, or cart_create to start a new one",
@@ -31,17 +47,81 @@ def not_found_text(kind: str, handle: str) -> str:
     return f"No {kind} with id {shown!r} exists for you; {hint}."
 
 
+class ProviderStepFailed(Exception):  # noqa: N818 - a verdict, like store.errors
+    """``cause`` was raised while a tool was at ``step`` with ``provider``; :func:`tool_errors` words it."""
+
+    def __init__(self, provider: ProviderConfig, step: Step, cause: Exception) -> None:
+        super().__init__(step)
+        self.provider = provider
+        self.step = step
+        self.cause = cause
+
+
+@contextmanager
+def provider_step(provider: ProviderConfig, step: Step) -> Iterator[None]:
+    """Tag provider and vault errors raised inside the block with the provider and the step."""
+    try:
+        yield
+    except DecryptError as exc:
+        raise ProviderStepFailed(provider, step, exc) from exc
+    except OAuthFailure as exc:
+        # A failed revocation is reported in the result (upstream_revocation), never raised as this.
+        if step == "disconnect":
+            raise
+        raise ProviderStepFailed(provider, step, exc) from exc
+
+
+def _provider_text(failed: ProviderStepFailed) -> str:
+    label, cause = failed.provider.label, failed.cause
+    if isinstance(cause, DecryptError):
+        # A key-ring problem on the server: the operator must see it, the caller gets what to do.
+        logger.error("stored %s tokens do not open with TOKEN_ENCRYPTION_KEYS", failed.provider.name)
+        if failed.step == "disconnect":
+            return (
+                f"The stored {label} credentials cannot be read, so they were not revoked; "
+                "check the server's TOKEN_ENCRYPTION_KEYS."
+            )
+        return f"The stored {label} credentials cannot be read; use connection_disconnect and connect again."
+    error = cause.error if isinstance(cause, OAuthFailure) else "failed"
+    if failed.step == "profile":
+        return f"{label} did not return your profile ({error}); try again later."
+    if error == "refresh_in_progress":
+        return (
+            f"Another request is still renewing the {label} access ({label} is slow to answer); "
+            "try again in a few seconds."
+        )
+    return f"Refreshing the {label} access failed ({error}); try again later."
+
+
+def _sentence(exc: Exception) -> str:
+    text = str(exc)
+    return text[:1].upper() + text[1:] + "."
+
+
+Anticipated = NotFound | Conflict | InvalidInput | Unavailable | ProviderUnavailable | ProviderStepFailed
+"""The exceptions a tool may raise that become tool errors; anything else is the SDK's generic error."""
+_ANTICIPATED = (NotFound, Conflict, InvalidInput, Unavailable, ProviderUnavailable, ProviderStepFailed)
+
+
+def as_tool_error(exc: Anticipated) -> ToolError:
+    """The tool error an anticipated ``exc`` stands for."""
+    if isinstance(exc, NotFound):
+        return ToolError(not_found_text(exc.kind, exc.handle))
+    if isinstance(exc, ProviderUnavailable):
+        return ToolError(f"{exc}; try again later.")
+    if isinstance(exc, ProviderStepFailed):
+        return ToolError(_provider_text(exc))
+    return ToolError(_sentence(exc))
+
+
 def tool_errors(fn: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
-    """Translate anticipated store errors raised by a tool into :class:`ToolError`."""
+    """Translate anticipated store and provider errors raised by a tool into :class:`ToolError`."""
 
     @wraps(fn)
     async def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
         try:
             return await fn(*args, **kwargs)
-        except NotFound as exc:
-            raise ToolError(not_found_text(exc.kind, exc.handle)) from None
-        except (Conflict, InvalidInput, Unavailable) as exc:
-            text = str(exc)
-            raise ToolError(text[:1].upper() + text[1:] + ".") from None
+        except _ANTICIPATED as exc:
+            raise as_tool_error(exc) from None
 
     return wrapper

@@ -8,11 +8,10 @@ is sent as is. So a tool that builds one calls these first:
 * a 2026-07-28 client that did not declare the elicitation mode gets -32021 with the capability it
   lacks, as the spec requires ("Servers MUST NOT send an inputRequests the client has not declared").
 
-It also parses the plaintext ``requestState`` the tool minted (the SDK has already verified the seal).
+It also holds the base of the plaintext ``requestState`` models (the SDK has already verified the seal).
 """
 
-import json
-from typing import Any, Literal
+from typing import Any, Literal, Self
 
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
@@ -26,11 +25,12 @@ from mcp.types import (
     UrlElicitationCapability,
 )
 from mcp.types.version import is_version_at_least
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 MULTI_ROUND_TRIP_VERSION = "2026-07-28"
 
 
-def require_multi_round_trip(ctx: Context, *, tool: str, needs: str, nothing_done: str) -> None:
+def require_multi_round_trip(ctx: Context[Any, Any], *, tool: str, needs: str, nothing_done: str) -> None:
     """Refuse a client older than 2026-07-28 with a tool error that says why and what happened.
 
     ``needs`` completes "… which needs an MCP client that speaks protocol 2026-07-28 (``needs``)".
@@ -43,7 +43,7 @@ def require_multi_round_trip(ctx: Context, *, tool: str, needs: str, nothing_don
         )
 
 
-def require_elicitation(ctx: Context, mode: Literal["form", "url"], *, tool: str) -> None:
+def require_elicitation(ctx: Context[Any, Any], mode: Literal["form", "url"], *, tool: str) -> None:
     """Raise -32021 unless the client declared elicitation in ``mode``.
 
     A bare ``elicitation: {}`` declares form mode only; URL mode must be named.
@@ -69,21 +69,26 @@ def require_elicitation(ctx: Context, mode: Literal["form", "url"], *, tool: str
     )
 
 
-def load_state(raw: str | None, kind: str) -> dict[str, Any] | None:
-    """The JSON object a tool sealed as ``requestState`` if it is of ``kind``; ``None`` means start over.
+class RequestState(BaseModel):
+    """A tool's plaintext ``requestState``: the SDK seals it on the way out and verifies the echo.
 
     The seal proves this server minted it for this caller, tool and arguments, but a state minted by an
-    older or newer server version may have another shape, so callers still validate each field.
+    older or newer server version may have another shape, so it is still validated, strictly (no
+    coercion: ``"1"`` is not a number, ``true`` is not 1). Subclasses name their ``kind``.
     """
-    if not raw:
-        return None
-    try:
-        data = json.loads(raw)
-    except ValueError:
-        return None
-    return data if isinstance(data, dict) and data.get("kind") == kind else None
 
+    model_config = ConfigDict(strict=True, frozen=True)
 
-def dump_state(kind: str, **fields: Any) -> str:
-    """The plaintext ``requestState`` for ``fields``; the SDK seals it on the way out."""
-    return json.dumps({"kind": kind, **fields}, separators=(",", ":"))
+    def dump(self) -> str:
+        """The compact JSON the SDK seals into the wire ``requestState``."""
+        return self.model_dump_json()
+
+    @classmethod
+    def load(cls, raw: str | None) -> Self | None:
+        """The state in ``raw`` if it has this shape and kind; ``None`` means start over."""
+        if not raw:
+            return None
+        try:
+            return cls.model_validate_json(raw)
+        except ValidationError:
+            return None

@@ -1,17 +1,29 @@
-"""Tool result shapes: the only place that knows what a tool's structured output looks like."""
+"""Tool result shapes: the only place that knows what a tool's structured output looks like.
+
+Models that mirror a store dataclass are built with ``Model.model_validate(value)``: they read its
+attributes (``from_attributes``), and a field the wire names after the tool (``cart_id``) also accepts
+the store's name (``handle``) through ``AliasChoices``. The wire name comes first, so it is the one the
+published output schema shows.
+"""
 
 from datetime import datetime
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 
-from store.carts import CartSummary, CartView
-from store.catalog import ProductRow
-from store.lines import PricedLine
-from store.orders import OrderReceipt, OrderSummary, OrderView
+from store.carts import CartStatus
+from store.orders import OrderStatus
 
 
-class ProductOut(BaseModel):
+class _FromStore(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+
+def _also(store_name: str, wire_name: str) -> AliasChoices:
+    return AliasChoices(wire_name, store_name)
+
+
+class ProductOut(_FromStore):
     """A catalog product."""
 
     sku: str
@@ -19,12 +31,8 @@ class ProductOut(BaseModel):
     unit_price_cents: int
     currency: str
 
-    @classmethod
-    def of(cls, row: ProductRow) -> "ProductOut":
-        return cls(sku=row.sku, name=row.name, unit_price_cents=row.unit_price_cents, currency=row.currency)
 
-
-class CatalogSearchOut(BaseModel):
+class CatalogSearchOut(_FromStore):
     """Products matching a search: sku-prefix matches first, each group in sku order."""
 
     products: list[ProductOut]
@@ -39,7 +47,7 @@ class CartCreated(BaseModel):
     cart_id: str = Field(description="Opaque cart handle, e.g. cart_3q2F…")
 
 
-class LineOut(BaseModel):
+class LineOut(_FromStore):
     """One priced line of a cart (current catalog price) or an order (price when placed)."""
 
     sku: str
@@ -48,63 +56,29 @@ class LineOut(BaseModel):
     unit_price_cents: int
     line_total_cents: int
 
-    @classmethod
-    def of(cls, line: PricedLine) -> "LineOut":
-        return cls(
-            sku=line.sku,
-            name=line.name,
-            quantity=line.quantity,
-            unit_price_cents=line.unit_price_cents,
-            line_total_cents=line.line_total_cents,
-        )
 
-
-class CartOut(BaseModel):
+class CartOut(_FromStore):
     """A cart with its lines. ``version`` increases on every change."""
 
-    cart_id: str
+    cart_id: str = Field(validation_alias=_also("handle", "cart_id"))
     version: int
-    status: str = Field(description="open or checked_out")
+    status: CartStatus = Field(description="open or checked_out")
     items: list[LineOut]
     total_cents: int
     currency: str | None = Field(description="ISO 4217 code of the items; null while the cart is empty")
 
-    @classmethod
-    def of(cls, cart: CartView) -> "CartOut":
-        return cls(
-            cart_id=cart.handle,
-            version=cart.version,
-            status=cart.status,
-            items=[LineOut.of(line) for line in cart.items],
-            total_cents=cart.total_cents,
-            currency=cart.currency,
-        )
 
-
-class CartSummaryOut(BaseModel):
+class CartSummaryOut(_FromStore):
     """A cart as listed."""
 
-    cart_id: str
+    cart_id: str = Field(validation_alias=_also("handle", "cart_id"))
     version: int
-    status: str
+    status: CartStatus
     line_count: int
     item_count: int = Field(description="Sum of quantities over all lines")
     total_cents: int
     currency: str | None
     created_at: datetime
-
-    @classmethod
-    def of(cls, cart: CartSummary) -> "CartSummaryOut":
-        return cls(
-            cart_id=cart.handle,
-            version=cart.version,
-            status=cart.status,
-            line_count=cart.line_count,
-            item_count=cart.item_count,
-            total_cents=cart.total_cents,
-            currency=cart.currency,
-            created_at=cart.created_at,
-        )
 
 
 class CartListOut(BaseModel):
@@ -126,69 +100,44 @@ class CartDeleted(BaseModel):
     )
 
 
-class CheckoutOut(BaseModel):
+class CheckoutOut(_FromStore):
     """The outcome of cart_checkout: a placed order, or a checkout the user cancelled (no order)."""
 
-    order_id: str | None = Field(description="Opaque order handle (ord_…); null when the checkout was cancelled")
+    order_id: str | None = Field(
+        description="Opaque order handle (ord_…); null when the checkout was cancelled",
+        validation_alias=_also("handle", "order_id"),
+    )
     total_cents: int
     currency: str = Field(description="ISO 4217 code")
     status: Literal["placed", "cancelled"]
 
-    @classmethod
-    def of(cls, receipt: OrderReceipt) -> "CheckoutOut":
-        return cls(order_id=receipt.handle, total_cents=receipt.total_cents, currency=receipt.currency, status="placed")
 
-
-class OrderOut(BaseModel):
+class OrderOut(_FromStore):
     """An order with its lines. Orders never change after they are placed."""
 
-    order_id: str
-    cart_id: str = Field(description="The cart the order was placed from")
-    status: str = Field(description="placed")
+    order_id: str = Field(validation_alias=_also("handle", "order_id"))
+    cart_id: str = Field(
+        description="The cart the order was placed from", validation_alias=_also("cart_handle", "cart_id")
+    )
+    status: OrderStatus = Field(description="placed")
     items: list[LineOut]
     item_count: int = Field(description="Sum of quantities over all lines")
     total_cents: int
     currency: str
     placed_at: datetime
 
-    @classmethod
-    def of(cls, order: OrderView) -> "OrderOut":
-        return cls(
-            order_id=order.handle,
-            cart_id=order.cart_handle,
-            status=order.status,
-            items=[LineOut.of(line) for line in order.items],
-            item_count=order.item_count,
-            total_cents=order.total_cents,
-            currency=order.currency,
-            placed_at=order.placed_at,
-        )
 
-
-class OrderSummaryOut(BaseModel):
+class OrderSummaryOut(_FromStore):
     """An order as listed."""
 
-    order_id: str
-    cart_id: str
-    status: str
+    order_id: str = Field(validation_alias=_also("handle", "order_id"))
+    cart_id: str = Field(validation_alias=_also("cart_handle", "cart_id"))
+    status: OrderStatus
     line_count: int
     item_count: int = Field(description="Sum of quantities over all lines")
     total_cents: int
     currency: str
     placed_at: datetime
-
-    @classmethod
-    def of(cls, order: OrderSummary) -> "OrderSummaryOut":
-        return cls(
-            order_id=order.handle,
-            cart_id=order.cart_handle,
-            status=order.status,
-            line_count=order.line_count,
-            item_count=order.item_count,
-            total_cents=order.total_cents,
-            currency=order.currency,
-            placed_at=order.placed_at,
-        )
 
 
 class OrderListOut(BaseModel):
@@ -197,4 +146,35 @@ class OrderListOut(BaseModel):
     orders: list[OrderSummaryOut]
     next_cursor: str | None = Field(
         default=None, description="Pass as cursor to get the next (older) page; null on the last page"
+    )
+
+
+class ConnectionOut(BaseModel):
+    """One configured provider and the caller's connection to it. Never any token."""
+
+    provider: str
+    status: Literal["connected", "needs_reauth", "not_connected"] = Field(
+        description="needs_reauth: the provider no longer accepts the stored grant; connect again"
+    )
+    scopes: list[str]
+    connected_at: datetime | None
+    expires_at: datetime | None = Field(description="When the current access token expires (it is refreshed)")
+
+
+class ConnectionListOut(BaseModel):
+    connections: list[ConnectionOut]
+
+
+class WhoamiOut(BaseModel):
+    """The caller's profile at the provider, as its userinfo endpoint returned it."""
+
+    provider: str
+    profile: dict[str, Any]
+
+
+class DisconnectOut(BaseModel):
+    provider: str
+    was_connected: bool
+    upstream_revocation: Literal["revoked", "not_supported", "failed", "nothing_to_revoke"] = Field(
+        description="revoked: the provider confirmed (RFC 7009); failed: revoke it at the provider yourself"
     )

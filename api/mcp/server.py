@@ -10,6 +10,7 @@ from api.auth import JwtVerifier
 from api.mcp import sdk_hooks
 from api.mcp.capabilities import AdvertisedCapabilities
 from api.mcp.cursors import CursorSigner
+from api.mcp.lifespan import ToolDeps, lifespan_yielding
 from api.mcp.tools_carts import register_cart_tools
 from api.mcp.tools_connections import register_connection_tools
 from api.mcp.tools_orders import register_order_tools
@@ -31,10 +32,21 @@ LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]
 
 def build_mcp_server(
     settings: Settings, database: Database, verifier: JwtVerifier, connections: Connections
-) -> MCPServer:
-    """The production MCP server: every tool, auth required, requestState sealed under the shared ring."""
+) -> MCPServer[ToolDeps]:
+    """The production MCP server: every tool, auth required, requestState sealed under the shared ring.
+
+    The tools reach ``database``, the cursor signer and ``connections`` through the server's lifespan.
+    """
+    tool_deps = ToolDeps(
+        database=database,
+        cursors=CursorSigner(settings.state_key_ring),
+        connections=connections,
+        max_cart_lines=settings.max_cart_lines,
+        max_open_carts=settings.max_open_carts,
+        idempotency_key_ttl=timedelta(seconds=settings.idempotency_key_ttl_seconds),
+    )
     advertised = AdvertisedCapabilities()
-    mcp = MCPServer(
+    mcp: MCPServer[ToolDeps] = MCPServer(
         SERVER_NAME,
         version=SERVER_VERSION,
         instructions=INSTRUCTIONS,
@@ -50,18 +62,16 @@ def build_mcp_server(
         ),
         log_level=cast(LogLevel, settings.log_level.upper()),
         middleware=[advertised],
+        lifespan=lifespan_yielding(tool_deps),
     )
     advertised.bind(mcp)
     sdk_hooks.install(mcp)  # skip the SDK's no-op spans and empty Mcp-Param checks (api/mcp/sdk_hooks.py)
-    cursors = CursorSigner(settings.state_key_ring)
     register_cart_tools(
         mcp,
-        database,
-        cursors=cursors,
-        max_cart_lines=settings.max_cart_lines,
-        max_open_carts=settings.max_open_carts,
-        idempotency_key_ttl=timedelta(seconds=settings.idempotency_key_ttl_seconds),
+        max_cart_lines=tool_deps.max_cart_lines,
+        max_open_carts=tool_deps.max_open_carts,
+        idempotency_key_ttl=tool_deps.idempotency_key_ttl,
     )
-    register_order_tools(mcp, database, cursors=cursors)
-    register_connection_tools(mcp, connections)
+    register_order_tools(mcp)
+    register_connection_tools(mcp)
     return mcp

@@ -9,11 +9,9 @@ or ends with a tool error that says how to start over. Tokens never reach the cl
 """
 
 import logging
-from dataclasses import dataclass
-from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
-from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import (
     CallToolResult,
@@ -23,23 +21,22 @@ from mcp.types import (
     InputRequiredResult,
     ToolAnnotations,
 )
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from api.auth import current_principal
 from api.mcp.arguments import NO_CONTROL_CHARACTERS
+from api.mcp.errors import provider_step, tool_errors
+from api.mcp.lifespan import ToolContext, ToolDeps, deps
 from api.mcp.results import compact
-from api.mcp.rounds import dump_state, load_state, require_elicitation, require_multi_round_trip
-from api.oauth.client import OAuthFailure, Unauthorized
-from api.oauth.providers import ProviderConfig, ProviderUnavailable
+from api.mcp.rounds import RequestState, require_elicitation, require_multi_round_trip
+from api.mcp.schemas import ConnectionListOut, ConnectionOut, DisconnectOut, WhoamiOut
+from api.oauth.client import Unauthorized
+from api.oauth.providers import ProviderConfig
 from api.oauth.service import Connections
-from store.errors import DecryptError
 from store.flows import Flow
-from store.principal import Principal
-from store.vault import TokenSet
 
 logger = logging.getLogger(__name__)
 
-_STATE_KIND = "connect.v1"
 
 ProviderName = Annotated[
     str,
@@ -51,55 +48,12 @@ ProviderName = Annotated[
 ]
 
 
-class ConnectionOut(BaseModel):
-    """One configured provider and the caller's connection to it. Never any token."""
-
-    provider: str
-    status: Literal["connected", "needs_reauth", "not_connected"] = Field(
-        description="needs_reauth: the provider no longer accepts the stored grant; connect again"
-    )
-    scopes: list[str]
-    connected_at: datetime | None
-    expires_at: datetime | None = Field(description="When the current access token expires (it is refreshed)")
-
-
-class ConnectionListOut(BaseModel):
-    connections: list[ConnectionOut]
-
-
-class WhoamiOut(BaseModel):
-    """The caller's profile at the provider, as its userinfo endpoint returned it."""
-
-    provider: str
-    profile: dict[str, Any]
-
-
-class DisconnectOut(BaseModel):
-    provider: str
-    was_connected: bool
-    upstream_revocation: Literal["revoked", "not_supported", "failed", "nothing_to_revoke"] = Field(
-        description="revoked: the provider confirmed (RFC 7009); failed: revoke it at the provider yourself"
-    )
-
-
-@dataclass(frozen=True, slots=True)
-class ConnectState:
+class ConnectState(RequestState):
     """The plaintext requestState of a connect round: which flow the user was sent to."""
 
+    kind: Literal["connect.v1"]
     provider: str
-    flow: str
-
-    def dump(self) -> str:
-        return dump_state(_STATE_KIND, provider=self.provider, flow=self.flow)
-
-    @classmethod
-    def load(cls, raw: str | None, provider: str) -> "ConnectState | None":
-        """A state this tool minted for ``provider``; ``None`` for anything else (then start over)."""
-        data = load_state(raw, _STATE_KIND)
-        if data is None or data.get("provider") != provider:
-            return None
-        flow = data.get("flow")
-        return cls(provider=provider, flow=flow) if isinstance(flow, str) and 0 < len(flow) <= 100 else None
+    flow: str = Field(min_length=1, max_length=100)
 
 
 def input_key(provider: str) -> str:
@@ -127,7 +81,7 @@ def _ask_to_connect(
             )
         },
         # Plaintext; the SDK's RequestStateBoundary seals it and binds it to the caller and arguments.
-        request_state=ConnectState(provider=provider.name, flow=flow.handle).dump(),
+        request_state=ConnectState(kind="connect.v1", provider=provider.name, flow=flow.handle).dump(),
     )
 
 
@@ -143,66 +97,114 @@ def _settled_error(provider: ProviderConfig, flow: Flow | None) -> ToolError:
     return ToolError(f"Connecting {label} did not complete ({flow.error or 'failed'}). {again}")
 
 
-def register_connection_tools(mcp: MCPServer, connections: Connections) -> None:
-    """Register ``connection_list``, ``connection_whoami`` and ``connection_disconnect`` on ``mcp``."""
-    registry = connections.registry
+def _configured(connections: Connections, name: str) -> ProviderConfig:
+    provider = connections.registry.get(name)
+    if provider is None:
+        raise ToolError(connections.registry.unknown_text(name))
+    return provider
 
-    def configured(name: str) -> ProviderConfig:
-        provider = registry.get(name)
-        if provider is None:
-            raise ToolError(registry.unknown_text(name))
-        return provider
 
-    async def usable_tokens(principal: Principal, provider: ProviderConfig) -> TokenSet | None:
-        try:
-            return await connections.usable_tokens(principal, provider)
-        except ProviderUnavailable as exc:
-            raise ToolError(f"{exc}; try again later.") from None
-        except OAuthFailure as exc:
-            if exc.error == "refresh_in_progress":
-                raise ToolError(
-                    f"Another request is still renewing the {provider.label} access ({provider.label} is slow to "
-                    "answer); try again in a few seconds."
-                ) from None
-            raise ToolError(f"Refreshing the {provider.label} access failed ({exc.error}); try again later.") from None
-        except DecryptError:
-            logger.error("stored %s tokens do not open with TOKEN_ENCRYPTION_KEYS", provider.name)
+@tool_errors
+async def connection_list(ctx: ToolContext) -> Annotated[CallToolResult, ConnectionListOut]:
+    """Every configured provider with the caller's connection to it."""
+    connections, principal = deps(ctx).connections, current_principal()
+    rows = {info.provider: info for info in await connections.list(principal)}
+    out = []
+    for provider in connections.registry.providers:
+        info = rows.get(provider.name)
+        if info is None:
+            out.append(
+                ConnectionOut(
+                    provider=provider.name, status="not_connected", scopes=[], connected_at=None, expires_at=None
+                )
+            )
+        else:
+            out.append(
+                ConnectionOut(
+                    provider=provider.name,
+                    status=info.status,
+                    scopes=list(info.scopes),
+                    connected_at=info.connected_at,
+                    expires_at=info.expires_at,
+                )
+            )
+    return compact(ConnectionListOut(connections=out))
+
+
+@tool_errors
+async def connection_whoami(
+    provider: ProviderName, ctx: ToolContext
+) -> Annotated[CallToolResult, WhoamiOut] | InputRequiredResult:
+    """The caller's profile at ``provider``, or a connect link when there is no usable token."""
+    connections = deps(ctx).connections
+    config = _configured(connections, provider)
+    principal = current_principal()
+    state = ConnectState.load(ctx.request_state)
+    if state is not None and state.provider != config.name:
+        state = None
+    if state is not None:
+        # A retry after the user saw the link. Their answer is consent to open it, not completion:
+        # only the store says whether the browser side finished.
+        answer = (ctx.input_responses or {}).get(input_key(config.name))
+        if isinstance(answer, ElicitResult) and answer.action in ("decline", "cancel"):
+            await connections.cancel_flow(principal, state.flow)
             raise ToolError(
-                f"The stored {provider.label} credentials cannot be read; use connection_disconnect and connect again."
-            ) from None
+                f"Connection cancelled: you chose not to open the link to connect {config.label}. "
+                "Call connection_whoami again if you change your mind."
+            )
+        flow = await connections.wait(principal, state.flow, connections.wait_seconds)
+        if flow is not None and flow.status == "pending":
+            return _ask_to_connect(connections, config, flow, again=True)
+        if flow is None or flow.status != "connected":
+            raise _settled_error(config, flow)
+    with provider_step(config, "renew"):
+        tokens = await connections.usable_tokens(principal, config)
+    if tokens is not None:
+        try:
+            with provider_step(config, "profile"):
+                profile = await connections.profile(config, tokens)
+        except Unauthorized:
+            # The provider no longer honours the token: connect again rather than fail forever.
+            await connections.mark_needs_reauth(principal, config, "token_rejected")
+        else:
+            return compact(WhoamiOut(provider=config.name, profile=profile))
+    require_multi_round_trip(
+        ctx,
+        tool="connection_whoami",
+        needs="URL-mode elicitation, to send you to a web page to connect the account",
+        nothing_done="Nothing was connected.",
+    )
+    require_elicitation(ctx, "url", tool="connection_whoami")
+    flow = await connections.flow_for(principal, config)
+    logger.info("connection to %s requested; sending a connect link", config.name)
+    return _ask_to_connect(connections, config, flow, again=False)
 
-    @mcp.tool(
+
+@tool_errors
+async def connection_disconnect(ctx: ToolContext, provider: ProviderName) -> Annotated[CallToolResult, DisconnectOut]:
+    """Revoke (where the provider can) and forget the caller's tokens for ``provider``."""
+    connections = deps(ctx).connections
+    config = _configured(connections, provider)
+    principal = current_principal()
+    with provider_step(config, "disconnect"):
+        outcome = await connections.disconnect(principal, config)
+    return compact(
+        DisconnectOut(provider=config.name, was_connected=outcome.was_connected, upstream_revocation=outcome.revocation)
+    )
+
+
+def register_connection_tools(mcp: MCPServer[ToolDeps]) -> None:
+    """Register ``connection_list``, ``connection_whoami`` and ``connection_disconnect`` on ``mcp``."""
+    mcp.add_tool(
+        connection_list,
         name="connection_list",
         description="List the third-party providers you can connect (for example 'demo') and your connection "
         "to each: status connected / needs_reauth / not_connected, granted scopes, when it was connected and "
         "when the current access token expires. Tokens are kept by the server and never shown.",
         annotations=ToolAnnotations(read_only_hint=True, idempotent_hint=True, open_world_hint=False),
     )
-    async def connection_list() -> Annotated[CallToolResult, ConnectionListOut]:
-        principal = current_principal()
-        rows = {info.provider: info for info in await connections.list(principal)}
-        out = []
-        for provider in registry.providers:
-            info = rows.get(provider.name)
-            if info is None:
-                out.append(
-                    ConnectionOut(
-                        provider=provider.name, status="not_connected", scopes=[], connected_at=None, expires_at=None
-                    )
-                )
-            else:
-                out.append(
-                    ConnectionOut(
-                        provider=provider.name,
-                        status="needs_reauth" if info.status == "needs_reauth" else "connected",
-                        scopes=list(info.scopes),
-                        connected_at=info.connected_at,
-                        expires_at=info.expires_at,
-                    )
-                )
-        return compact(ConnectionListOut(connections=out))
-
-    @mcp.tool(
+    mcp.add_tool(
+        connection_whoami,
         name="connection_whoami",
         description="Show your profile at a connected provider (fetched by the server with the stored token, "
         "refreshed when needed). If the account is not connected yet, you are given a link to open in your "
@@ -210,52 +212,8 @@ def register_connection_tools(mcp: MCPServer, connections: Connections) -> None:
         "with URL elicitation to connect.",
         annotations=ToolAnnotations(read_only_hint=True, idempotent_hint=True, open_world_hint=True),
     )
-    async def connection_whoami(
-        provider: ProviderName, ctx: Context
-    ) -> Annotated[CallToolResult, WhoamiOut] | InputRequiredResult:
-        config = configured(provider)
-        principal = current_principal()
-        state = ConnectState.load(ctx.request_state, config.name)
-        if state is not None:
-            # A retry after the user saw the link. Their answer is consent to open it, not completion:
-            # only the store says whether the browser side finished.
-            answer = (ctx.input_responses or {}).get(input_key(config.name))
-            if isinstance(answer, ElicitResult) and answer.action in ("decline", "cancel"):
-                await connections.cancel_flow(principal, state.flow)
-                raise ToolError(
-                    f"Connection cancelled: you chose not to open the link to connect {config.label}. "
-                    "Call connection_whoami again if you change your mind."
-                )
-            flow = await connections.wait(principal, state.flow, connections.wait_seconds)
-            if flow is not None and flow.status == "pending":
-                return _ask_to_connect(connections, config, flow, again=True)
-            if flow is None or flow.status != "connected":
-                raise _settled_error(config, flow)
-        tokens = await usable_tokens(principal, config)
-        if tokens is not None:
-            try:
-                profile = await connections.profile(config, tokens)
-            except Unauthorized:
-                # The provider no longer honours the token: connect again rather than fail forever.
-                await connections.mark_needs_reauth(principal, config, "token_rejected")
-            except ProviderUnavailable as exc:
-                raise ToolError(f"{exc}; try again later.") from None
-            except OAuthFailure as exc:
-                raise ToolError(f"{config.label} did not return your profile ({exc.error}); try again later.") from None
-            else:
-                return compact(WhoamiOut(provider=config.name, profile=profile))
-        require_multi_round_trip(
-            ctx,
-            tool="connection_whoami",
-            needs="URL-mode elicitation, to send you to a web page to connect the account",
-            nothing_done="Nothing was connected.",
-        )
-        require_elicitation(ctx, "url", tool="connection_whoami")
-        flow = await connections.flow_for(principal, config)
-        logger.info("connection to %s requested; sending a connect link", config.name)
-        return _ask_to_connect(connections, config, flow, again=False)
-
-    @mcp.tool(
+    mcp.add_tool(
+        connection_disconnect,
         name="connection_disconnect",
         description="Disconnect a provider: the server revokes its tokens at the provider (when the provider "
         "supports revocation) and forgets them. Safe to repeat.",
@@ -263,19 +221,3 @@ def register_connection_tools(mcp: MCPServer, connections: Connections) -> None:
             read_only_hint=False, destructive_hint=True, idempotent_hint=True, open_world_hint=True
         ),
     )
-    async def connection_disconnect(provider: ProviderName) -> Annotated[CallToolResult, DisconnectOut]:
-        config = configured(provider)
-        principal = current_principal()
-        try:
-            outcome = await connections.disconnect(principal, config)
-        except DecryptError:
-            logger.error("stored %s tokens do not open with TOKEN_ENCRYPTION_KEYS", config.name)
-            raise ToolError(
-                f"The stored {config.label} credentials cannot be read, so they were not revoked; "
-                "check the server's TOKEN_ENCRYPTION_KEYS."
-            ) from None
-        return compact(
-            DisconnectOut(
-                provider=config.name, was_connected=outcome.was_connected, upstream_revocation=outcome.revocation
-            )
-        )

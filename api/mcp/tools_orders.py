@@ -19,10 +19,9 @@ instances that share the database and the key ring.
 
 import logging
 import secrets
-from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
-from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import (
     CallToolResult,
@@ -37,20 +36,18 @@ from mcp.types import (
 from pydantic import Field
 
 from api.auth import current_principal
-from api.mcp.arguments import CartId, Cursor, OrderId
-from api.mcp.cursors import CursorSigner
+from api.mcp.arguments import CartId, Cursor, OrderId, PageSize
 from api.mcp.errors import tool_errors
+from api.mcp.lifespan import ToolContext, ToolDeps, deps
 from api.mcp.results import compact
-from api.mcp.rounds import dump_state, load_state, require_elicitation, require_multi_round_trip
+from api.mcp.rounds import RequestState, require_elicitation, require_multi_round_trip
 from api.mcp.schemas import CheckoutOut, OrderListOut, OrderOut, OrderSummaryOut
-from store.db import Database
 from store.orders import MAX_NONCE_LENGTH, CheckoutQuote, OrderReceipt, OrderRepository
-from store.paging import DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE
+from store.paging import DEFAULT_PAGE_SIZE
 
 logger = logging.getLogger(__name__)
 
 CONFIRM_KEY = "confirm"
-_STATE_KIND = "checkout.confirm.v1"
 _NONCE_BYTES = 16  # 128 bits: unguessable, and unique per principal with overwhelming probability
 
 CONFIRM_SCHEMA: dict[str, Any] = {
@@ -66,59 +63,47 @@ CONFIRM_SCHEMA: dict[str, Any] = {
 }
 
 
-@dataclass(frozen=True, slots=True)
-class ConfirmationState:
+class ConfirmationState(RequestState):
     """The plaintext requestState of the confirmation round: what the user was asked to pay for.
 
-    It carries only what round 1 established; the SDK seals and authenticates it, and
-    this code still validates its shape, because a state from an older or newer server
-    version may not match.
+    It carries only what round 1 established. The wire names are short and must stay stable: a state
+    minted before an upgrade may be echoed to the upgraded server.
     """
 
-    quote: CheckoutQuote
-    nonce: str
-
-    def dump(self) -> str:
-        """The JSON the SDK seals into the wire requestState."""
-        q = self.quote
-        return dump_state(
-            _STATE_KIND,
-            **{
-                "cart": q.cart_handle,
-                "version": q.version,
-                "lines": q.line_count,
-                "items": q.item_count,
-                "total": q.total_cents,
-                "currency": q.currency,
-                "nonce": self.nonce,
-            },
-        )
+    kind: Literal["checkout.confirm.v1"]
+    cart: str
+    version: int
+    lines: int
+    items: int
+    total: int
+    currency: str
+    nonce: str = Field(min_length=1, max_length=MAX_NONCE_LENGTH)
 
     @classmethod
-    def load(cls, raw: str | None, cart_id: str) -> "ConfirmationState | None":
-        """Parse a state this tool minted for ``cart_id``; ``None`` for anything else (start over)."""
-        data = load_state(raw, _STATE_KIND)
-        if data is None or data.get("cart") != cart_id:
-            return None
-        numbers: list[int] = []
-        for key in ("version", "lines", "items", "total"):
-            value = data.get(key)
-            if not isinstance(value, int) or isinstance(value, bool):
-                return None
-            numbers.append(value)
-        nonce, currency = data.get("nonce"), data.get("currency")
-        if not isinstance(nonce, str) or not 0 < len(nonce) <= MAX_NONCE_LENGTH or not isinstance(currency, str):
-            return None
-        version, lines, items, total = numbers
-        quote = CheckoutQuote(
-            cart_handle=cart_id,
-            version=version,
-            line_count=lines,
-            item_count=items,
-            total_cents=total,
-            currency=currency,
+    def offering(cls, quote: CheckoutQuote, nonce: str) -> "ConfirmationState":
+        """The state for asking the user to confirm ``quote``."""
+        return cls(
+            kind="checkout.confirm.v1",
+            cart=quote.cart_handle,
+            version=quote.version,
+            lines=quote.line_count,
+            items=quote.item_count,
+            total=quote.total_cents,
+            currency=quote.currency,
+            nonce=nonce,
         )
-        return cls(quote=quote, nonce=nonce)
+
+    @property
+    def quote(self) -> CheckoutQuote:
+        """What the user was offered."""
+        return CheckoutQuote(
+            cart_handle=self.cart,
+            version=self.version,
+            line_count=self.lines,
+            item_count=self.items,
+            total_cents=self.total,
+            currency=self.currency,
+        )
 
 
 def money(cents: int, currency: str) -> str:
@@ -137,7 +122,7 @@ def ask_to_confirm(quote: CheckoutQuote, *, changed: bool) -> InputRequiredResul
         message = f"Your cart changed since you were asked. Place the order now? {_offer(quote)}."
     else:
         message = f"Place the order? {_offer(quote)}."
-    state = ConfirmationState(quote=quote, nonce=secrets.token_urlsafe(_NONCE_BYTES))
+    state = ConfirmationState.offering(quote, secrets.token_urlsafe(_NONCE_BYTES))
     return InputRequiredResult(
         input_requests={
             CONFIRM_KEY: ElicitRequest(params=ElicitRequestFormParams(message=message, requested_schema=CONFIRM_SCHEMA))
@@ -158,7 +143,7 @@ def consented(responses: InputResponses | None) -> bool:
 
 
 def _placed(receipt: OrderReceipt) -> CallToolResult:
-    out = CheckoutOut.of(receipt)
+    out = CheckoutOut.model_validate(receipt)
     text = f"Order {receipt.handle} placed: total {money(receipt.total_cents, receipt.currency)}."
     return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=out.model_dump(mode="json"))
 
@@ -170,10 +155,74 @@ def _cancelled(quote: CheckoutQuote) -> CallToolResult:
     )
 
 
-def register_order_tools(mcp: MCPServer, database: Database, *, cursors: CursorSigner) -> None:
-    """Register ``cart_checkout``, ``order_view`` and ``order_list`` on ``mcp``."""
+@tool_errors
+async def cart_checkout(
+    cart_id: CartId, ctx: ToolContext
+) -> Annotated[CallToolResult, CheckoutOut] | InputRequiredResult:
+    """Round 1 asks the user to confirm the priced cart; round 2 places the order on consent."""
+    require_multi_round_trip(
+        ctx,
+        tool="cart_checkout",
+        needs="it asks the user to confirm the order with a multi round-trip request",
+        nothing_done="Nothing was ordered and the cart is unchanged.",
+    )
+    require_elicitation(ctx, "form", tool="cart_checkout")
+    database, principal = deps(ctx).database, current_principal()
+    state = ConfirmationState.load(ctx.request_state)
+    if state is not None and state.cart != cart_id:  # the SDK binds arguments too; this is belt and braces
+        state = None
 
-    @mcp.tool(
+    if state is None:  # round 1: price the cart and ask (one read, no BEGIN/COMMIT)
+        async with database.one_statement() as conn:
+            quote = await OrderRepository(conn).quote(principal, cart_id)
+        return ask_to_confirm(quote, changed=False)
+
+    if not consented(ctx.input_responses):
+        async with database.one_statement() as conn:
+            used = await OrderRepository(conn).placed_with(principal, state.nonce)
+        if used is not None:
+            # The same state with a different answer: that confirmation is spent.
+            raise ToolError(
+                f"This confirmation was already used to place order {used.handle} and cannot be used "
+                "again; use order_view to see the order."
+            )
+        return _cancelled(state.quote)
+
+    async with database.autocommit() as conn:  # a read, then a self-validating write: two round trips
+        outcome = await OrderRepository(conn).place(principal, state.quote, nonce=state.nonce)
+    if isinstance(outcome, CheckoutQuote):  # the cart or its prices moved: consent covered another total
+        return ask_to_confirm(outcome, changed=True)
+    logger.info("checkout of cart %s confirmed: order %s", cart_id, outcome.handle)
+    return _placed(outcome)
+
+
+@tool_errors
+async def order_view(ctx: ToolContext, order_id: OrderId) -> Annotated[CallToolResult, OrderOut]:
+    """The order with the prices paid."""
+    principal = current_principal()
+    async with deps(ctx).database.one_statement() as conn:
+        order = await OrderRepository(conn).view(principal, order_id)
+    return compact(OrderOut.model_validate(order))
+
+
+@tool_errors
+async def order_list(
+    ctx: ToolContext, limit: PageSize = DEFAULT_PAGE_SIZE, cursor: Cursor | None = None
+) -> Annotated[CallToolResult, OrderListOut]:
+    """One page of the caller's orders, newest first."""
+    tools, principal = deps(ctx), current_principal()
+    after = None if cursor is None else tools.cursors.open("order_list", principal, cursor)
+    async with tools.database.one_statement() as conn:
+        page = await OrderRepository(conn).list(principal, limit=limit, after=after)
+    next_cursor = None if page.next is None else tools.cursors.seal("order_list", principal, page.next)
+    orders = [OrderSummaryOut.model_validate(order) for order in page.items]
+    return compact(OrderListOut(orders=orders, next_cursor=next_cursor))
+
+
+def register_order_tools(mcp: MCPServer[ToolDeps]) -> None:
+    """Register ``cart_checkout``, ``order_view`` and ``order_list`` on ``mcp``."""
+    mcp.add_tool(
+        cart_checkout,
         name="cart_checkout",
         description="Check out a cart. The user is asked to confirm the item count and total; only their "
         "confirmation places the order, which closes the cart (it can no longer be changed). Returns the order "
@@ -183,73 +232,16 @@ def register_order_tools(mcp: MCPServer, database: Database, *, cursors: CursorS
             read_only_hint=False, destructive_hint=False, idempotent_hint=True, open_world_hint=False
         ),
     )
-    @tool_errors
-    async def cart_checkout(
-        cart_id: CartId, ctx: Context
-    ) -> Annotated[CallToolResult, CheckoutOut] | InputRequiredResult:
-        require_multi_round_trip(
-            ctx,
-            tool="cart_checkout",
-            needs="it asks the user to confirm the order with a multi round-trip request",
-            nothing_done="Nothing was ordered and the cart is unchanged.",
-        )
-        require_elicitation(ctx, "form", tool="cart_checkout")
-        principal = current_principal()
-        state = ConfirmationState.load(ctx.request_state, cart_id)
-
-        if state is None:  # round 1: price the cart and ask (one read, no BEGIN/COMMIT)
-            async with database.one_statement() as conn:
-                quote = await OrderRepository(conn).quote(principal, cart_id)
-            return ask_to_confirm(quote, changed=False)
-
-        if not consented(ctx.input_responses):
-            async with database.one_statement() as conn:
-                used = await OrderRepository(conn).placed_with(principal, state.nonce)
-            if used is not None:
-                # The same state with a different answer: that confirmation is spent.
-                raise ToolError(
-                    f"This confirmation was already used to place order {used.handle} and cannot be used "
-                    "again; use order_view to see the order."
-                )
-            return _cancelled(state.quote)
-
-        async with database.autocommit() as conn:  # a read, then a self-validating write: two round trips
-            outcome = await OrderRepository(conn).place(principal, state.quote, nonce=state.nonce)
-        if isinstance(outcome, CheckoutQuote):  # the cart or its prices moved: consent covered another total
-            return ask_to_confirm(outcome, changed=True)
-        logger.info("checkout of cart %s confirmed: order %s", cart_id, outcome.handle)
-        return _placed(outcome)
-
-    @mcp.tool(
+    mcp.add_tool(
+        order_view,
         name="order_view",
         description="Show an order: its lines with the prices paid, total, status and the cart it came from.",
         annotations=ToolAnnotations(read_only_hint=True, idempotent_hint=True, open_world_hint=False),
     )
-    @tool_errors
-    async def order_view(order_id: OrderId) -> Annotated[CallToolResult, OrderOut]:
-        principal = current_principal()
-        async with database.one_statement() as conn:
-            order = await OrderRepository(conn).view(principal, order_id)
-        return compact(OrderOut.of(order))
-
-    @mcp.tool(
+    mcp.add_tool(
+        order_list,
         name="order_list",
         description=f"List your orders, newest first, with line and item counts and totals; {DEFAULT_PAGE_SIZE} "
         "per page by default. Pass next_cursor back as cursor for the next page (null: no more).",
         annotations=ToolAnnotations(read_only_hint=True, idempotent_hint=True, open_world_hint=False),
     )
-    @tool_errors
-    async def order_list(
-        limit: Annotated[int, Field(ge=1, le=MAX_PAGE_SIZE, description=f"1..{MAX_PAGE_SIZE} items per page")] = (
-            DEFAULT_PAGE_SIZE
-        ),
-        cursor: Cursor | None = None,
-    ) -> Annotated[CallToolResult, OrderListOut]:
-        principal = current_principal()
-        after = None if cursor is None else cursors.open("order_list", principal, cursor)
-        async with database.one_statement() as conn:
-            page = await OrderRepository(conn).list(principal, limit=limit, after=after)
-        next_cursor = None if page.next is None else cursors.seal("order_list", principal, page.next)
-        return compact(
-            OrderListOut(orders=[OrderSummaryOut.of(order) for order in page.items], next_cursor=next_cursor)
-        )

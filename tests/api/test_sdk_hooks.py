@@ -44,7 +44,7 @@ def _production_server() -> MCPServer:
         oidc_client_secret=secrets.token_urlsafe(32),
     )
     database = Database.connect(settings.database_url)
-    connections = build_connections(settings, database, httpx2.AsyncClient())  # nothing here calls a provider
+    connections = build_connections(settings, database, httpx2.AsyncClient())  # never called here
     return build_mcp_server(settings, database, _NoVerifier(), connections)  # type: ignore[arg-type]
 
 

@@ -19,8 +19,8 @@ Three rules keep the pool whole under load:
 """
 
 import asyncio
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -182,14 +182,8 @@ class Database:
         Raises:
             Unavailable: no pooled connection freed up in time, or a statement hit a timeout.
         """
-        with anyio.CancelScope(shield=True):
-            async with self._translated():
-                if self.pooler_mode == "transaction":
-                    async with self._explicit_transaction() as conn:
-                        yield conn
-                else:
-                    async with self.engine.begin() as conn:
-                        yield conn
+        async with self._unit_of_work(self.engine.begin) as conn:
+            yield conn
 
     @asynccontextmanager
     async def one_statement(self) -> AsyncIterator[AsyncConnection]:
@@ -212,14 +206,20 @@ class Database:
         when what it read has moved on), so no lock or transaction has to span two statements.
         Shielded from cancellation like :meth:`transaction`.
         """
+        async with self._unit_of_work(self._autocommit.connect) as conn:
+            yield conn
+
+    @asynccontextmanager
+    async def _unit_of_work(
+        self, open_direct: Callable[[], AbstractAsyncContextManager[AsyncConnection]]
+    ) -> AsyncIterator[AsyncConnection]:
+        # Shielded and translated alike; behind a transaction pooler every unit is an explicit transaction,
+        # otherwise ``open_direct`` decides (engine.begin for a transaction, the autocommit view for none).
         with anyio.CancelScope(shield=True):
             async with self._translated():
-                if self.pooler_mode == "transaction":
-                    async with self._explicit_transaction() as conn:
-                        yield conn
-                else:
-                    async with self._autocommit.connect() as conn:
-                        yield conn
+                opened = self._explicit_transaction() if self.pooler_mode == "transaction" else open_direct()
+                async with opened as conn:
+                    yield conn
 
     @asynccontextmanager
     async def _explicit_transaction(self) -> AsyncIterator[AsyncConnection]:

@@ -20,7 +20,6 @@ from sqlalchemy import (
     select,
     text,
     true,
-    tuple_,
 )
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -28,7 +27,7 @@ from store.errors import Conflict, InvalidInput, NotFound
 from store.handles import is_well_formed, new_handle
 from store.lines import PricedLine
 from store.models import Cart, CartItem, Product, table_of
-from store.paging import DEFAULT_PAGE_SIZE, Page, Position, page_of
+from store.paging import DEFAULT_PAGE_SIZE, Page, Position, keyset_pages, page_of
 from store.principal import Principal
 from store.scoping import owned_by, principal_params
 
@@ -173,14 +172,10 @@ WHERE cart.handle = CAST(:p_handle AS varchar)
 )
 # One page of the principal's carts (keyset on the index (iss, sub, created_at, handle)), then the
 # counts and totals of just those carts: the cost is one index range of limit + 1 entries plus their lines.
-_PAGE = (
-    select(_cart.c.id, _cart.c.handle, _cart.c.version, _cart.c.status, _cart.c.created_at)
-    .where(_OWNED)
-    .order_by(_cart.c.created_at.desc(), _cart.c.handle.desc())
-    .limit(bindparam("p_limit"))
-)
-_PAGE_AFTER = _PAGE.where(
-    tuple_(_cart.c.created_at, _cart.c.handle) < tuple_(bindparam("p_after_at"), bindparam("p_after_handle"))
+_PAGE, _PAGE_AFTER = keyset_pages(
+    select(_cart.c.id, _cart.c.handle, _cart.c.version, _cart.c.status, _cart.c.created_at).where(_OWNED),
+    _cart.c.created_at,
+    _cart.c.handle,
 )
 
 

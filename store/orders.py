@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
-from sqlalchemy import BigInteger, Integer, Select, String, Text, bindparam, func, insert, select, true, tuple_, update
+from sqlalchemy import BigInteger, Integer, Select, String, Text, bindparam, func, insert, select, true, update
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -32,7 +32,7 @@ from store.errors import Conflict, InvalidInput, NotFound
 from store.handles import is_well_formed, new_handle
 from store.lines import PricedLine
 from store.models import Cart, CartItem, Order, OrderLine, Product, table_of
-from store.paging import DEFAULT_PAGE_SIZE, Page, Position, page_of
+from store.paging import DEFAULT_PAGE_SIZE, Page, Position, keyset_pages, page_of
 from store.principal import Principal
 from store.scoping import owned_by, principal_params
 
@@ -261,7 +261,7 @@ _VIEW = (
 
 # One page of the principal's orders (keyset on the index (iss, sub, placed_at, handle)), then the line
 # counts of just those orders.
-_PAGE = (
+_PAGE, _PAGE_AFTER = keyset_pages(
     select(
         _order.c.id,
         _order.c.handle,
@@ -271,12 +271,9 @@ _PAGE = (
         _order.c.currency,
         _order.c.placed_at,
     )
-    .where(_OWNS_ORDER)
-    .order_by(_order.c.placed_at.desc(), _order.c.handle.desc())
-    .limit(bindparam("p_limit"))
-)
-_PAGE_AFTER = _PAGE.where(
-    tuple_(_order.c.placed_at, _order.c.handle) < tuple_(bindparam("p_after_at"), bindparam("p_after_handle"))
+    .where(_OWNS_ORDER),
+    _order.c.placed_at,
+    _order.c.handle,
 )
 
 

@@ -11,7 +11,9 @@ positions to the principal before they leave the server (see ``api/mcp/cursors.p
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
+
+from sqlalchemy import ColumnElement, Select, bindparam, tuple_
 
 T = TypeVar("T")
 
@@ -47,3 +49,16 @@ def check_page_size(limit: int) -> int:
     if not 1 <= limit <= MAX_PAGE_SIZE:
         raise ValueError(f"limit must be between 1 and {MAX_PAGE_SIZE}")
     return limit
+
+
+def keyset_pages(
+    page: Select[Any], at: ColumnElement[Any], handle: ColumnElement[Any]
+) -> tuple[Select[Any], Select[Any]]:
+    """The first page of ``page`` and the page after a position: newest first by ``(at, handle)``.
+
+    ``page`` is the owner-scoped select of the list's columns; the limit binds ``p_limit`` and the
+    position ``p_after_at`` / ``p_after_handle``.
+    """
+    first = page.order_by(at.desc(), handle.desc()).limit(bindparam("p_limit"))
+    after = first.where(tuple_(at, handle) < tuple_(bindparam("p_after_at"), bindparam("p_after_handle")))
+    return first, after

@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from typing import Any
 
+import httpx2
 import pytest
 from mcp import Client
 from sqlalchemy.engine import make_url
@@ -34,6 +35,7 @@ from tests.support.devidp import (
     start_devidp,
 )
 from tests.support.embedded_postgres import embedded_postgres
+from tests.support.inprocess import InProcessApp, settings_from, started_app
 from tests.support.mcp_client import McpClientFactory, connect
 from tests.support.server import RunningServer, run_server
 from tests.support.waiting import free_port
@@ -175,9 +177,36 @@ def server(server_env: dict[str, str], server_port: int) -> Iterator[RunningServ
         yield running
 
 
+@pytest.fixture(scope="session")
+async def app(server_env: dict[str, str]) -> AsyncIterator[InProcessApp]:
+    """The server's app built in this process by ``create_app`` from the same settings as ``server``."""
+    async with started_app(settings_from(server_env)) as started:
+        yield started
+
+
 @pytest.fixture
-def mcp_client(server: RunningServer, devidp: DevIdP) -> McpClientFactory:
-    """Open an official SDK client to the running server as ``username`` (a fresh user by default)."""
+async def app_http(app: InProcessApp) -> AsyncIterator[httpx2.AsyncClient]:
+    """An HTTP client whose requests go straight to the in-process app (paths relative to its base URL)."""
+    async with app.http(timeout=15.0) as client:
+        yield client
+
+
+@pytest.fixture
+def mcp_client(app: InProcessApp, devidp: DevIdP) -> McpClientFactory:
+    """Open an official SDK client to the in-process app as ``username`` (a fresh user by default)."""
+
+    @asynccontextmanager
+    async def open_client(username: str | None = None, **client_options: Any) -> AsyncIterator[Client]:
+        token = await devidp.token(username or f"user-{uuid.uuid4().hex[:8]}", resource=app.mcp_url)
+        async with app.mcp_client(token, **client_options) as client:
+            yield client
+
+    return open_client
+
+
+@pytest.fixture
+def wire_mcp_client(server: RunningServer, devidp: DevIdP) -> McpClientFactory:
+    """Open an official SDK client to the ``coatcheck serve`` process over real HTTP, as ``username``."""
 
     @asynccontextmanager
     async def open_client(username: str | None = None, **client_options: Any) -> AsyncIterator[Client]:

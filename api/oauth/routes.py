@@ -30,7 +30,7 @@ from typing import Annotated, Any
 
 from litestar import Request, Response, get
 from litestar.handlers import HTTPRouteHandler
-from litestar.params import QueryParameter
+from litestar.params import PathParameter, QueryParameter
 
 from api.oauth import pages
 from api.oauth.client import OAuthFailure, new_code_verifier, new_secret
@@ -48,6 +48,8 @@ logger = logging.getLogger(__name__)
 LOGIN_CALLBACK_PATH = "/oauth/login/callback"
 # ``state`` is a reserved handler argument in Litestar (the app state), so the query parameter is aliased.
 StateParam = Annotated[str | None, QueryParameter(name="state")]
+# Declared explicitly: Litestar deprecates inferring where a handler argument comes from.
+QueryParam = Annotated[str | None, QueryParameter()]
 _ERROR_CODE = re.compile(r"[a-z_]{1,40}")
 
 
@@ -60,7 +62,7 @@ def browser_routes(connections: Connections, login: OidcLogin, jar: CookieJar) -
     registry = connections.registry
 
     @get("/connect/{flow:str}", include_in_schema=False)
-    async def connect(request: Request[Any, Any, Any], flow: str) -> Response[str]:
+    async def connect(request: Request[Any, Any, Any], flow: Annotated[str, PathParameter()]) -> Response[str]:
         if len(flow) > 100 or not is_well_formed(flow, FLOW_PREFIX):
             return pages.not_found()
         session = jar.read_session(request.cookies)
@@ -100,9 +102,9 @@ def browser_routes(connections: Connections, login: OidcLogin, jar: CookieJar) -
     async def login_callback(
         request: Request[Any, Any, Any],
         oauth_state: StateParam = None,
-        code: str | None = None,
-        error: str | None = None,
-        iss: str | None = None,
+        code: QueryParam = None,
+        error: QueryParam = None,
+        iss: QueryParam = None,
     ) -> Response[str]:
         pending = jar.read_login(request.cookies)
         if pending is None or not oauth_state or not hmac.compare_digest(oauth_state.encode(), pending.state.encode()):
@@ -132,9 +134,9 @@ def browser_routes(connections: Connections, login: OidcLogin, jar: CookieJar) -
     async def provider_callback(
         request: Request[Any, Any, Any],
         oauth_state: StateParam = None,
-        code: str | None = None,
-        error: str | None = None,
-        iss: str | None = None,
+        code: QueryParam = None,
+        error: QueryParam = None,
+        iss: QueryParam = None,
     ) -> Response[str]:
         if not oauth_state:
             return pages.bad_callback("The response carries no state, so it cannot be matched to a connection.")

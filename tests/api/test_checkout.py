@@ -1,10 +1,10 @@
 """Checkout in two rounds, end to end: the official SDK client (its automatic MRTR loop and the manual one),
-raw JSON-RPC where the client would hide the behaviour, real server processes, PostgreSQL."""
+raw JSON-RPC where the client would hide the behaviour, PostgreSQL. The app runs in-process (``create_app``)
+except where another instance is the point: those rounds cross real ``coatcheck serve`` processes."""
 
 import asyncio
 import secrets
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import httpx2
@@ -23,11 +23,12 @@ from sqlalchemy import func, select
 from store.db import Database
 from store.models import Order, table_of
 from tests.support.devidp import DevIdP
+from tests.support.inprocess import InProcessApp, settings_from, started_app
 from tests.support.mcp_client import McpClientFactory, call_ok, connect, text_of
 from tests.support.mrtr import ScriptedUser, another_instance, confirms, flip_one_character
 from tests.support.server import RunningServer
 from tests.support.waiting import eventually
-from tests.support.wire import post, response_message
+from tests.support.wire import post_async, response_message
 
 INVALID_STATE = "Invalid or expired requestState"
 CANCELLED = "Checkout cancelled."
@@ -76,12 +77,6 @@ async def _orders_for(database: Database, cart_id: str) -> int:
 async def _status(client: Client, cart_id: str) -> tuple[str, int]:
     cart = await call_ok(client, "cart_view", {"cart_id": cart_id})
     return cart["status"], cart["version"]
-
-
-@pytest.fixture
-def http() -> Iterator[httpx2.Client]:
-    with httpx2.Client(timeout=15.0) as client:
-        yield client
 
 
 # --- the round trip -------------------------------------------------------------------------------------------
@@ -330,7 +325,7 @@ async def test_two_confirmations_of_one_cart_racing_place_one_order_and_the_othe
 
 
 async def test_a_tampered_state_is_rejected_before_the_tool_runs(
-    mcp_client: McpClientFactory, database: Database, http: httpx2.Client, server: RunningServer, devidp: DevIdP
+    mcp_client: McpClientFactory, database: Database, app_http: httpx2.AsyncClient, app: InProcessApp, devidp: DevIdP
 ) -> None:
     username = f"tamper-{uuid.uuid4().hex[:6]}"
     async with mcp_client(username, elicitation_callback=ScriptedUser(confirms(True))) as client:
@@ -343,14 +338,16 @@ async def test_a_tampered_state_is_rejected_before_the_tool_runs(
             await _final_round(client, cart_id, tampered)
         assert (caught.value.code, caught.value.message) == (-32602, INVALID_STATE)
 
-    token = await devidp.token(username, resource=server.mcp_url)
+    token = await devidp.token(username, resource=app.mcp_url)
     params = {
         "name": "cart_checkout",
         "arguments": {"cart_id": cart_id},
         "inputResponses": {"confirm": {"action": "accept", "content": {"confirm": True}}},
         "requestState": tampered,
     }
-    response = post(http, server.mcp_url, "tools/call", params, token=token, capabilities={"elicitation": {}})
+    response = await post_async(
+        app_http, app.mcp_url, "tools/call", params, token=token, capabilities={"elicitation": {}}
+    )
     assert response.status_code == 400
     error = response_message(response)["error"]
     assert error == {"code": -32602, "message": INVALID_STATE, "data": {"reason": "invalid_request_state"}}
@@ -387,35 +384,39 @@ async def test_the_state_is_bound_to_cart_checkout_and_to_its_cart(
 
 
 async def test_an_expired_state_is_rejected_and_places_nothing(
-    server_env: dict[str, str], public_url: str, devidp: DevIdP, server: RunningServer, database: Database
+    server_env: dict[str, str], devidp: DevIdP, app: InProcessApp, database: Database
 ) -> None:
-    token = await devidp.token(f"slow-{uuid.uuid4().hex[:6]}", resource=server.mcp_url)
-    with another_instance(server_env, public_url=public_url, REQUEST_STATE_TTL_SECONDS="3") as short_lived:
-        async with connect(short_lived.mcp_url, token, elicitation_callback=ScriptedUser(confirms(True))) as client:
-            cart_id = await _cart(client, {"hat-beanie": 1})
-            first = await _round_one(client, cart_id)
-            outcomes: list[CallToolResult | MCPError] = []
+    token = await devidp.token(f"slow-{uuid.uuid4().hex[:6]}", resource=app.mcp_url)
+    short_lived_settings = settings_from({**server_env, "REQUEST_STATE_TTL_SECONDS": "3"})
+    user = ScriptedUser(confirms(True))
+    async with (
+        started_app(short_lived_settings) as short_lived,
+        short_lived.mcp_client(token, elicitation_callback=user) as client,
+    ):
+        cart_id = await _cart(client, {"hat-beanie": 1})
+        first = await _round_one(client, cart_id)
+        outcomes: list[CallToolResult | MCPError] = []
 
-            async def rejected() -> bool:
-                # A declining retry writes nothing, so it can probe the state until it expires.
-                try:
-                    result = await _final_round(client, cart_id, first.request_state, ElicitResult(action="decline"))
-                except MCPError as exc:
-                    outcomes.append(exc)
-                    return True
-                assert isinstance(result, CallToolResult)
-                outcomes.append(result)
-                return False
+        async def rejected() -> bool:
+            # A declining retry writes nothing, so it can probe the state until it expires.
+            try:
+                result = await _final_round(client, cart_id, first.request_state, ElicitResult(action="decline"))
+            except MCPError as exc:
+                outcomes.append(exc)
+                return True
+            assert isinstance(result, CallToolResult)
+            outcomes.append(result)
+            return False
 
-            await eventually(rejected, within=20, what="the 3-second requestState to expire")
-            *before, expired = outcomes
-            assert isinstance(expired, MCPError)
-            assert (expired.code, expired.message) == (-32602, INVALID_STATE)
-            assert before, "the state should have been accepted before it expired"
-            assert {text_of(r) for r in before if isinstance(r, CallToolResult)} == {CANCELLED}
-            with pytest.raises(MCPError) as caught:
-                await _final_round(client, cart_id, first.request_state)
-            assert caught.value.code == -32602
+        await eventually(rejected, within=20, what="the 3-second requestState to expire")
+        *before, expired = outcomes
+        assert isinstance(expired, MCPError)
+        assert (expired.code, expired.message) == (-32602, INVALID_STATE)
+        assert before, "the state should have been accepted before it expired"
+        assert {text_of(r) for r in before if isinstance(r, CallToolResult)} == {CANCELLED}
+        with pytest.raises(MCPError) as caught:
+            await _final_round(client, cart_id, first.request_state)
+        assert caught.value.code == -32602
     assert await _orders_for(database, cart_id) == 0
 
 
@@ -445,25 +446,25 @@ async def test_round_one_on_one_instance_and_round_two_on_another_places_the_ord
 
 
 async def test_a_state_sealed_under_the_old_key_is_accepted_after_rotating_to_new_old(
-    server_env: dict[str, str], public_url: str, devidp: DevIdP, server: RunningServer, database: Database
+    server_env: dict[str, str], devidp: DevIdP, app: InProcessApp, database: Database
 ) -> None:
     old, new = secrets.token_urlsafe(32), secrets.token_urlsafe(32)
-    token = await devidp.token(f"rotating-{uuid.uuid4().hex[:6]}", resource=server.mcp_url)
+    token = await devidp.token(f"rotating-{uuid.uuid4().hex[:6]}", resource=app.mcp_url)
     user = ScriptedUser(confirms(True))
-    with another_instance(server_env, public_url=public_url, REQUEST_STATE_KEYS=old) as before:
-        async with connect(before.mcp_url, token, elicitation_callback=user) as client:
-            cart_id = await _cart(client, {"hanger-cedar": 3})
-            first = await _round_one(client, cart_id)
-    with another_instance(server_env, public_url=public_url, REQUEST_STATE_KEYS=f"{new},{old}") as after:
-        async with connect(after.mcp_url, token, elicitation_callback=user) as client:
-            placed = await _final_round(client, cart_id, first.request_state)
+    before_settings = settings_from({**server_env, "REQUEST_STATE_KEYS": old})
+    async with started_app(before_settings) as before, before.mcp_client(token, elicitation_callback=user) as client:
+        cart_id = await _cart(client, {"hanger-cedar": 3})
+        first = await _round_one(client, cart_id)
+    after_settings = settings_from({**server_env, "REQUEST_STATE_KEYS": f"{new},{old}"})
+    async with started_app(after_settings) as after, after.mcp_client(token, elicitation_callback=user) as client:
+        placed = await _final_round(client, cart_id, first.request_state)
     assert isinstance(placed, CallToolResult)
     assert placed.structured_content is not None
     assert (placed.structured_content["status"], placed.structured_content["total_cents"]) == ("placed", 2700)
     assert await _orders_for(database, cart_id) == 1
 
-    # The session server never held `old`: the same state means nothing to it.
-    async with connect(server.mcp_url, token, elicitation_callback=user) as client:
+    # The session's app never held `old`: the same state means nothing to it.
+    async with app.mcp_client(token, elicitation_callback=user) as client:
         with pytest.raises(MCPError) as caught:
             await _final_round(client, cart_id, first.request_state)
     assert caught.value.code == -32602
@@ -473,7 +474,7 @@ async def test_a_state_sealed_under_the_old_key_is_accepted_after_rotating_to_ne
 
 
 async def test_a_client_without_form_elicitation_gets_missing_capability_not_a_form(
-    mcp_client: McpClientFactory, database: Database, http: httpx2.Client, server: RunningServer, devidp: DevIdP
+    mcp_client: McpClientFactory, database: Database, app_http: httpx2.AsyncClient, app: InProcessApp, devidp: DevIdP
 ) -> None:
     username = f"formless-{uuid.uuid4().hex[:6]}"
     async with mcp_client(username) as client:  # no elicitation callback: no elicitation capability declared
@@ -483,11 +484,11 @@ async def test_a_client_without_form_elicitation_gets_missing_capability_not_a_f
     assert caught.value.code == -32021
     assert caught.value.data == {"requiredCapabilities": {"elicitation": {"form": {}}}}
 
-    token = await devidp.token(username, resource=server.mcp_url)
+    token = await devidp.token(username, resource=app.mcp_url)
     no_form: list[dict[str, Any]] = [{}, {"elicitation": {"url": {}}}, {"sampling": {}}]
     for capabilities in no_form:
         params = {"name": "cart_checkout", "arguments": {"cart_id": cart_id}}
-        response = post(http, server.mcp_url, "tools/call", params, token=token, capabilities=capabilities)
+        response = await post_async(app_http, app.mcp_url, "tools/call", params, token=token, capabilities=capabilities)
         assert response.status_code == 400, capabilities
         error = response_message(response)["error"]
         assert error["code"] == -32021
@@ -495,7 +496,7 @@ async def test_a_client_without_form_elicitation_gets_missing_capability_not_a_f
         assert "inputRequests" not in response.text
     for capabilities in ({"elicitation": {}}, {"elicitation": {"form": {}}}):
         params = {"name": "cart_checkout", "arguments": {"cart_id": cart_id}}
-        response = post(http, server.mcp_url, "tools/call", params, token=token, capabilities=capabilities)
+        response = await post_async(app_http, app.mcp_url, "tools/call", params, token=token, capabilities=capabilities)
         result = response_message(response)["result"]
         assert result["resultType"] == "input_required"
         assert result["inputRequests"]["confirm"]["params"]["mode"] == "form"

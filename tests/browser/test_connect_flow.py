@@ -73,10 +73,10 @@ class LinkOpener:
         return await self._landing
 
 
-async def _connect_in_browser(mcp_client: McpClientFactory, person: BrowserUser) -> tuple[CallToolResult, Landing]:
+async def _connect_in_browser(wire_mcp_client: McpClientFactory, person: BrowserUser) -> tuple[CallToolResult, Landing]:
     """``connection_whoami`` through the SDK's automatic loop, with ``person`` completing the link."""
     opener = LinkOpener(person)
-    async with mcp_client(person.username, elicitation_callback=opener) as client:
+    async with wire_mcp_client(person.username, elicitation_callback=opener) as client:
         result = await client.call_tool("connection_whoami", WHOAMI)
     return result, await opener.landing()
 
@@ -149,10 +149,10 @@ async def _client_to(server: RunningServer, devidp: DevIdP, resource: str, usern
 
 
 async def test_alice_connects_demo_in_her_browser_and_the_retried_call_returns_her_profile(
-    mcp_client: McpClientFactory, browser_user: BrowserUserFactory, server: RunningServer, tmp_path: Path
+    wire_mcp_client: McpClientFactory, browser_user: BrowserUserFactory, server: RunningServer, tmp_path: Path
 ) -> None:
     alice = await browser_user("alice")
-    result, landing = await _connect_in_browser(mcp_client, alice)
+    result, landing = await _connect_in_browser(wire_mcp_client, alice)
 
     assert not result.is_error, text_of(result)
     assert result.structured_content is not None
@@ -170,7 +170,7 @@ async def test_alice_connects_demo_in_her_browser_and_the_retried_call_returns_h
     await landing.page.screenshot(path=tmp_path / "connected.png")  # looked at by a person once
 
     # Connected now: a later call answers at once, and the list shows the connection without tokens.
-    async with mcp_client("alice", elicitation_callback=_never_called) as client:
+    async with wire_mcp_client("alice", elicitation_callback=_never_called) as client:
         again = await client.call_tool("connection_whoami", WHOAMI)
         listed = await client.call_tool("connection_list", {})
     assert again.structured_content is not None
@@ -186,7 +186,7 @@ async def test_alice_connects_demo_in_her_browser_and_the_retried_call_returns_h
 
 
 async def test_mallory_opening_alices_link_is_refused_and_nothing_is_stored_and_alice_can_still_use_it(
-    mcp_client: McpClientFactory,
+    wire_mcp_client: McpClientFactory,
     browser_user: BrowserUserFactory,
     database: Database,
     devidp: DevIdP,
@@ -194,7 +194,7 @@ async def test_mallory_opening_alices_link_is_refused_and_nothing_is_stored_and_
 ) -> None:
     alice_name = _fresh("alice")
     alice = _principal(devidp, alice_name)
-    async with mcp_client(alice_name, elicitation_callback=_never_called) as client:
+    async with wire_mcp_client(alice_name, elicitation_callback=_never_called) as client:
         first, url = await _round_one(client)
 
         mallory = await browser_user(_fresh("mallory"))
@@ -226,10 +226,10 @@ async def test_mallory_opening_alices_link_is_refused_and_nothing_is_stored_and_
 
 
 async def test_a_callback_replayed_with_its_used_state_is_refused_and_changes_nothing(
-    mcp_client: McpClientFactory, browser_user: BrowserUserFactory, server: RunningServer
+    wire_mcp_client: McpClientFactory, browser_user: BrowserUserFactory, server: RunningServer
 ) -> None:
     person = await browser_user(_fresh("replayer"))
-    result, landing = await _connect_in_browser(mcp_client, person)
+    result, landing = await _connect_in_browser(wire_mcp_client, person)
     assert not result.is_error, text_of(result)
     (callback,) = landing.visited_path("/oauth/callback")
 
@@ -238,13 +238,13 @@ async def test_a_callback_replayed_with_its_used_state_is_refused_and_changes_no
     assert "already used" in replay.text
     assert "Traceback" not in replay.html
     # Still connected as before.
-    async with mcp_client(person.username, elicitation_callback=_never_called) as client:
+    async with wire_mcp_client(person.username, elicitation_callback=_never_called) as client:
         again = await client.call_tool("connection_whoami", WHOAMI)
     assert not again.is_error, text_of(again)
 
 
 async def test_a_callback_replayed_without_the_owners_session_is_refused_and_leaves_her_flow_usable(
-    mcp_client: McpClientFactory,
+    wire_mcp_client: McpClientFactory,
     browser_user: BrowserUserFactory,
     database: Database,
     devidp: DevIdP,
@@ -255,7 +255,7 @@ async def test_a_callback_replayed_without_the_owners_session_is_refused_and_lea
     alice = await browser_user(alice_name)
     await devidp.set_authorization_fault("hold", client_id=DEMO_CLIENT_ID)  # alice pauses at the provider
     try:
-        async with mcp_client(alice_name, elicitation_callback=_never_called) as client:
+        async with wire_mcp_client(alice_name, elicitation_callback=_never_called) as client:
             first, url = await _round_one(client)
             at_provider = await alice.open(url)
             assert at_provider.url.startswith(f"{devidp.issuer}/auth?")
@@ -296,12 +296,12 @@ async def test_a_callback_replayed_without_the_owners_session_is_refused_and_lea
 
 
 async def test_an_expired_flow_stops_link_callback_and_retry_with_clear_messages(
-    mcp_client: McpClientFactory, browser_user: BrowserUserFactory, database: Database, devidp: DevIdP
+    wire_mcp_client: McpClientFactory, browser_user: BrowserUserFactory, database: Database, devidp: DevIdP
 ) -> None:
     username = _fresh("slowpoke")
     person = await browser_user(username)
     await devidp.set_authorization_fault("hold", client_id=DEMO_CLIENT_ID)  # the user walks away at the provider
-    async with mcp_client(username, elicitation_callback=_never_called) as client:
+    async with wire_mcp_client(username, elicitation_callback=_never_called) as client:
         first, url = await _round_one(client)
         at_provider = await person.open(url)
         assert at_provider.url.startswith(f"{devidp.issuer}/auth?")
@@ -326,12 +326,12 @@ async def test_an_expired_flow_stops_link_callback_and_retry_with_clear_messages
 
 
 async def test_a_provider_that_denies_access_ends_the_flow_as_denied(
-    mcp_client: McpClientFactory, browser_user: BrowserUserFactory, database: Database, devidp: DevIdP
+    wire_mcp_client: McpClientFactory, browser_user: BrowserUserFactory, database: Database, devidp: DevIdP
 ) -> None:
     username = _fresh("refuser")
     person = await browser_user(username)
     await devidp.set_authorization_fault("deny", client_id=DEMO_CLIENT_ID)  # the user clicks "no" at the provider
-    async with mcp_client(username, elicitation_callback=_never_called) as client:
+    async with wire_mcp_client(username, elicitation_callback=_never_called) as client:
         first, url = await _round_one(client)
         landing = await person.open(url)
         retried = await _retry(client, first)
@@ -346,11 +346,11 @@ async def test_a_provider_that_denies_access_ends_the_flow_as_denied(
 
 
 async def test_a_failing_code_exchange_ends_the_flow_as_failed_with_a_readable_page(
-    mcp_client: McpClientFactory, browser_user: BrowserUserFactory, database: Database, devidp: DevIdP
+    wire_mcp_client: McpClientFactory, browser_user: BrowserUserFactory, database: Database, devidp: DevIdP
 ) -> None:
     username = _fresh("unlucky")
     person = await browser_user(username)
-    async with mcp_client(username, elicitation_callback=_never_called) as client:
+    async with wire_mcp_client(username, elicitation_callback=_never_called) as client:
         first, url = await _round_one(client)
         # Sign in to Coatcheck first (that uses the IdP's token endpoint too) and stop at the provider...
         await devidp.set_authorization_fault("hold", client_id=DEMO_CLIENT_ID)
@@ -410,7 +410,7 @@ async def test_a_retry_while_the_user_is_still_in_the_browser_waits_then_asks_ag
 
 
 async def test_no_token_or_code_appears_in_logs_tool_results_or_pages(
-    mcp_client: McpClientFactory,
+    wire_mcp_client: McpClientFactory,
     browser_user: BrowserUserFactory,
     database: Database,
     devidp: DevIdP,
@@ -418,11 +418,11 @@ async def test_no_token_or_code_appears_in_logs_tool_results_or_pages(
     token_encryption_keys: str,
 ) -> None:
     person = await browser_user(_fresh("quiet"))
-    result, landing = await _connect_in_browser(mcp_client, person)
+    result, landing = await _connect_in_browser(wire_mcp_client, person)
     (callback,) = landing.visited_path("/oauth/callback")
     code = httpx2.URL(callback).params["code"]
     state = httpx2.URL(callback).params["state"]
-    async with mcp_client(person.username, elicitation_callback=_never_called) as client:
+    async with wire_mcp_client(person.username, elicitation_callback=_never_called) as client:
         listed = await client.call_tool("connection_list", {})
         again = await client.call_tool("connection_whoami", WHOAMI)
     tokens = await _stored_tokens(database, token_encryption_keys, _principal(devidp, person.username))
@@ -443,7 +443,7 @@ async def test_no_token_or_code_appears_in_logs_tool_results_or_pages(
 
 
 async def test_two_instances_refreshing_an_expired_token_at_once_reach_the_provider_exactly_once(
-    mcp_client: McpClientFactory,
+    wire_mcp_client: McpClientFactory,
     browser_user: BrowserUserFactory,
     database: Database,
     devidp: DevIdP,
@@ -452,7 +452,7 @@ async def test_two_instances_refreshing_an_expired_token_at_once_reach_the_provi
     public_url: str,
 ) -> None:
     person = await browser_user(_fresh("racer"))
-    result, _ = await _connect_in_browser(mcp_client, person)
+    result, _ = await _connect_in_browser(wire_mcp_client, person)
     assert not result.is_error, text_of(result)
     with another_instance(server_env, public_url=public_url) as second:
         async with database.one_statement() as conn:
@@ -479,7 +479,7 @@ async def test_two_instances_refreshing_an_expired_token_at_once_reach_the_provi
 
 
 async def test_disconnect_revokes_upstream_forgets_locally_and_is_idempotent(
-    mcp_client: McpClientFactory,
+    wire_mcp_client: McpClientFactory,
     browser_user: BrowserUserFactory,
     database: Database,
     devidp: DevIdP,
@@ -487,7 +487,7 @@ async def test_disconnect_revokes_upstream_forgets_locally_and_is_idempotent(
     oauth_client_secrets: dict[str, str],
 ) -> None:
     person = await browser_user(_fresh("leaver"))
-    result, _ = await _connect_in_browser(mcp_client, person)
+    result, _ = await _connect_in_browser(wire_mcp_client, person)
     assert not result.is_error, text_of(result)
     principal = _principal(devidp, person.username)
     tokens = await _stored_tokens(database, token_encryption_keys, principal)
@@ -495,7 +495,7 @@ async def test_disconnect_revokes_upstream_forgets_locally_and_is_idempotent(
     assert tokens.refresh_token is not None
     before = (await devidp.stats())["revocations"]
 
-    async with mcp_client(person.username, elicitation_callback=_never_called) as client:
+    async with wire_mcp_client(person.username, elicitation_callback=_never_called) as client:
         first = await client.call_tool("connection_disconnect", WHOAMI)
         second = await client.call_tool("connection_disconnect", WHOAMI)
         listed = await client.call_tool("connection_list", {})
@@ -525,7 +525,7 @@ async def test_disconnect_revokes_upstream_forgets_locally_and_is_idempotent(
 
 
 async def test_a_token_copied_into_another_users_row_does_not_open_and_a_new_first_key_still_reads_old_rows(
-    mcp_client: McpClientFactory,
+    wire_mcp_client: McpClientFactory,
     browser_user: BrowserUserFactory,
     database: Database,
     devidp: DevIdP,
@@ -537,7 +537,7 @@ async def test_a_token_copied_into_another_users_row_does_not_open_and_a_new_fir
     victim = await browser_user(_fresh("victim"))
     thief = await browser_user(_fresh("thief"))
     for person in (victim, thief):
-        result, _ = await _connect_in_browser(mcp_client, person)
+        result, _ = await _connect_in_browser(wire_mcp_client, person)
         assert not result.is_error, text_of(result)
 
     # Rotation: an instance whose ring has a new first key still reads rows sealed under the old one.
@@ -559,7 +559,7 @@ async def test_a_token_copied_into_another_users_row_does_not_open_and_a_new_fir
         await conn.execute(
             update(_connections).where(_connections.c.principal_sub == thief.username).values(access_token_enc=stolen)
         )
-    async with mcp_client(thief.username, elicitation_callback=_never_called) as client:
+    async with wire_mcp_client(thief.username, elicitation_callback=_never_called) as client:
         moved = await client.call_tool("connection_whoami", WHOAMI)
     assert moved.is_error
     assert "cannot be read" in text_of(moved)

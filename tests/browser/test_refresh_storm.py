@@ -95,7 +95,7 @@ async def _bob_samples(view: Callable[[], Awaitable[CallToolResult]], seconds: f
 
 
 async def test_a_slow_provider_refreshes_once_answers_every_caller_and_does_not_slow_other_users(
-    mcp_client: McpClientFactory,
+    wire_mcp_client: McpClientFactory,
     browser_user: BrowserUserFactory,
     database: Database,
     devidp: DevIdP,
@@ -105,7 +105,7 @@ async def test_a_slow_provider_refreshes_once_answers_every_caller_and_does_not_
     alice_name, bob_name = f"alice-{uuid.uuid4().hex[:8]}", f"bob-{uuid.uuid4().hex[:8]}"
     alice = await browser_user(alice_name)
     opener = LinkOpener(alice)
-    async with mcp_client(alice_name, elicitation_callback=opener) as client:
+    async with wire_mcp_client(alice_name, elicitation_callback=opener) as client:
         connected = await client.call_tool("connection_whoami", WHOAMI)
     assert not connected.is_error, text_of(connected)
     await opener.landing()

@@ -21,9 +21,9 @@ async def _no_elicitation(_context: ClientRequestContext, params: ElicitRequestP
     raise AssertionError(f"unexpected elicitation {params!r}")
 
 
-async def _connect_link(mcp_client: McpClientFactory, username: str) -> str:
+async def _connect_link(wire_mcp_client: McpClientFactory, username: str) -> str:
     """A fresh connect link for ``username`` (round 1 of connection_whoami; the client declares URL mode)."""
-    async with mcp_client(username, elicitation_callback=_no_elicitation) as client:
+    async with wire_mcp_client(username, elicitation_callback=_no_elicitation) as client:
         await client.call_tool("connection_disconnect", {"provider": "demo"})  # so there is something to connect
         first = await client.session.call_tool("connection_whoami", {"provider": "demo"}, allow_input_required=True)
     assert isinstance(first, InputRequiredResult), first
@@ -35,11 +35,11 @@ async def _connect_link(mcp_client: McpClientFactory, username: str) -> str:
 
 
 async def test_the_sign_out_button_ends_the_connect_session_and_forged_sign_outs_are_refused(
-    mcp_client: McpClientFactory, browser_user: BrowserUserFactory, server: RunningServer
+    wire_mcp_client: McpClientFactory, browser_user: BrowserUserFactory, server: RunningServer
 ) -> None:
     username = f"leaver-{uuid.uuid4().hex[:8]}"
     person = await browser_user(username)
-    connected = await person.open(await _connect_link(mcp_client, username))
+    connected = await person.open(await _connect_link(wire_mcp_client, username))
     assert connected.status == 200, connected.text
     sealed = await _session_cookie(person)
     assert sealed is not None
@@ -96,6 +96,6 @@ async def test_the_sign_out_button_ends_the_connect_session_and_forged_sign_outs
     after = await person.open(signout_url)
     assert "no longer signed in" in after.text
     # The next connect link starts with a sign-in at the identity provider again.
-    again = await person.open(await _connect_link(mcp_client, username))
+    again = await person.open(await _connect_link(wire_mcp_client, username))
     assert again.status == 200
     assert again.visited_path("/oauth/login/callback")

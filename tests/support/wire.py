@@ -51,6 +51,20 @@ def response_message(response: httpx2.Response) -> dict[str, Any]:
     return dict(response.json())
 
 
+def _request(
+    method: str,
+    params: dict[str, Any] | None,
+    token: str | None,
+    capabilities: dict[str, Any] | None,
+    extra_headers: dict[str, str] | None,
+) -> tuple[dict[str, str], dict[str, Any]]:
+    headers, body = modern_request(method, params, capabilities=capabilities)
+    if token is not None:
+        headers["Authorization"] = f"Bearer {token}"
+    headers.update(extra_headers or {})
+    return headers, body
+
+
 def post(
     client: httpx2.Client,
     url: str,
@@ -61,9 +75,21 @@ def post(
     capabilities: dict[str, Any] | None = None,
     extra_headers: dict[str, str] | None = None,
 ) -> httpx2.Response:
-    """Send one modern request and return the raw HTTP response."""
-    headers, body = modern_request(method, params, capabilities=capabilities)
-    if token is not None:
-        headers["Authorization"] = f"Bearer {token}"
-    headers.update(extra_headers or {})
+    """Send one modern request over a real socket and return the raw HTTP response."""
+    headers, body = _request(method, params, token, capabilities, extra_headers)
     return client.post(url, headers=headers, json=body)
+
+
+async def post_async(
+    client: httpx2.AsyncClient,
+    url: str,
+    method: str,
+    params: dict[str, Any] | None = None,
+    *,
+    token: str | None = None,
+    capabilities: dict[str, Any] | None = None,
+    extra_headers: dict[str, str] | None = None,
+) -> httpx2.Response:
+    """:func:`post` for an async client, e.g. one bound to the in-process app (``InProcessApp.http()``)."""
+    headers, body = _request(method, params, token, capabilities, extra_headers)
+    return await client.post(url, headers=headers, json=body)

@@ -1,0 +1,98 @@
+"""The server's app built in this process by ``create_app(settings, …)`` and reached through an ASGI transport.
+
+This is the same code path as ``coatcheck serve`` from the HTTP request to SQL, against the same PostgreSQL
+and the same dev IdP, minus the socket and the subprocess. Tests whose behaviour does not depend on the wire
+(tool semantics, errors, scoping, the MCP handshake, metadata routes) use it; wire, shutdown, multi-instance
+and interop tests keep a real ``coatcheck serve`` (tests/support/server.py).
+"""
+
+import asyncio
+import contextlib
+import os
+from collections.abc import AsyncIterator, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import httpx2
+from litestar import Litestar
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+
+from api.app import create_app
+from api.settings import Settings
+
+
+@contextlib.contextmanager
+def environment(env: Mapping[str, str]) -> Iterator[None]:
+    """``os.environ`` with ``env`` on top for the duration, then exactly as it was."""
+    saved = dict(os.environ)
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+def settings_from(env: Mapping[str, str]) -> Settings:
+    """The settings ``coatcheck serve`` would load from ``env`` (provider secrets included).
+
+    The server reads its configuration from the environment, provider client secrets from the variables the
+    provider configuration names; building them under ``env`` is the same path, with no ``.env`` file.
+    """
+    with environment(env):
+        return Settings.from_env(_env_file=None)
+
+
+@dataclass(frozen=True)
+class InProcessApp:
+    """A started app and the base URL its settings advertise (requests never leave the process)."""
+
+    app: Litestar
+    base_url: str
+
+    @property
+    def mcp_url(self) -> str:
+        return f"{self.base_url}/mcp"
+
+    def http(self, **options: Any) -> httpx2.AsyncClient:
+        """An HTTP client whose requests go straight to the app (``base_url`` set, so paths suffice)."""
+        return httpx2.AsyncClient(transport=httpx2.ASGITransport(app=self.app), base_url=self.base_url, **options)
+
+    @contextlib.asynccontextmanager
+    async def mcp_client(self, token: str, **client_options: Any) -> AsyncIterator[Client]:
+        """An official SDK client to this app's ``/mcp`` presenting ``token``."""
+        http = self.http(headers={"Authorization": f"Bearer {token}"}, timeout=httpx2.Timeout(30.0))
+        async with http, Client(streamable_http_client(self.mcp_url, http_client=http), **client_options) as client:
+            yield client
+
+
+@contextlib.asynccontextmanager
+async def started_app(settings: Settings, **create_app_options: Any) -> AsyncIterator[InProcessApp]:
+    """``create_app(settings, …)`` with its lifespan entered (pool, session manager, HTTP client) until exit.
+
+    The lifespan runs in a task of its own: the SDK's session manager holds an anyio task group, which must
+    be exited by the task that entered it, and a fixture's setup and teardown may run in different tasks.
+    """
+    app = create_app(settings, **create_app_options)
+    started, stop = asyncio.Event(), asyncio.Event()
+
+    async def run_lifespan() -> None:
+        async with app.lifespan():
+            started.set()
+            await stop.wait()
+
+    task = asyncio.create_task(run_lifespan(), name="coatcheck-app-lifespan")
+    ready = asyncio.create_task(started.wait())
+    await asyncio.wait({task, ready}, timeout=30, return_when=asyncio.FIRST_COMPLETED)
+    if not started.is_set():
+        ready.cancel()
+        if task.done():
+            task.result()  # start-up failed: raise its error here
+        task.cancel()
+        raise TimeoutError("the app's lifespan did not start within 30 s")
+    try:
+        yield InProcessApp(app=app, base_url=settings.public_url)
+    finally:
+        stop.set()
+        await task

@@ -57,7 +57,9 @@ class InProcessApp:
 
     def http(self, **options: Any) -> httpx2.AsyncClient:
         """An HTTP client whose requests go straight to the app (``base_url`` set, so paths suffice)."""
-        return httpx2.AsyncClient(transport=httpx2.ASGITransport(app=self.app), base_url=self.base_url, **options)
+        # Litestar types its ASGI callable with its own event TypedDicts; httpx2 wants the generic signature.
+        transport = httpx2.ASGITransport(app=self.app)  # type: ignore[arg-type]
+        return httpx2.AsyncClient(transport=transport, base_url=self.base_url, **options)
 
     @contextlib.asynccontextmanager
     async def mcp_client(self, token: str, **client_options: Any) -> AsyncIterator[Client]:

@@ -1,10 +1,10 @@
-"""The connection tools and browser routes where no browser is needed: the SDK client, raw JSON-RPC, plain HTTP.
+"""The connection tools and browser routes where no browser is needed: the SDK client, raw JSON-RPC, plain HTTP,
+all against the app in-process (``create_app``; no behaviour here depends on the socket).
 
 The flows a person completes in a browser are in tests/browser/test_connect_flow.py.
 """
 
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import httpx2
@@ -22,9 +22,9 @@ from sqlalchemy import select
 from store.db import Database
 from store.models import OAuthFlow, table_of
 from tests.support.devidp import DevIdP
+from tests.support.inprocess import InProcessApp
 from tests.support.mcp_client import McpClientFactory, text_of
-from tests.support.server import RunningServer
-from tests.support.wire import modern_request, response_message
+from tests.support.wire import post_async, response_message
 
 WHOAMI = {"provider": "demo"}
 KEY = "connect_demo"
@@ -59,12 +59,6 @@ class Answers:
         return ElicitResult(action=self.action)  # type: ignore[arg-type]
 
 
-@pytest.fixture
-def http() -> Iterator[httpx2.Client]:
-    with httpx2.Client(timeout=15.0, follow_redirects=False) as client:
-        yield client
-
-
 def _assert_page(response: httpx2.Response, status: int) -> None:
     assert response.status_code == status, response.text
     assert response.headers["content-type"].startswith("text/html")
@@ -95,7 +89,7 @@ async def test_connection_list_names_every_configured_provider_and_never_a_token
 
 
 async def test_whoami_without_a_connection_asks_for_a_url_and_a_repeated_call_reuses_the_same_flow(
-    mcp_client: McpClientFactory, server: RunningServer, database: Database
+    mcp_client: McpClientFactory, app: InProcessApp, database: Database
 ) -> None:
     username = _user()
     async with mcp_client(username, elicitation_callback=_accepts_without_opening) as client:
@@ -118,7 +112,7 @@ async def test_whoami_without_a_connection_asks_for_a_url_and_a_repeated_call_re
         assert result.request_state.startswith("v1.")
         assert "flow_" not in result.request_state
     assert urls[0] == urls[1]
-    assert urls[0].startswith(f"{server.base_url}/connect/flow_")
+    assert urls[0].startswith(f"{app.base_url}/connect/flow_")
     async with database.one_statement() as conn:
         rows = (await conn.execute(select(_flows.c.status).where(_flows.c.principal_sub == username))).all()
     assert [row.status for row in rows] == ["pending"]
@@ -128,23 +122,15 @@ async def test_whoami_without_a_connection_asks_for_a_url_and_a_repeated_call_re
     "capabilities", [{}, {"elicitation": {}}, {"elicitation": {"form": {}}}], ids=["none", "bare", "form-only"]
 )
 async def test_a_client_without_url_elicitation_gets_missing_capability_32021(
-    server: RunningServer, devidp: DevIdP, capabilities: dict[str, Any]
+    app: InProcessApp, app_http: httpx2.AsyncClient, devidp: DevIdP, capabilities: dict[str, Any]
 ) -> None:
-    token = await devidp.token(_user(), resource=server.mcp_url)
+    token = await devidp.token(_user(), resource=app.mcp_url)
     params = {"name": "connection_whoami", "arguments": WHOAMI}
-    async with httpx2.AsyncClient(timeout=15.0) as client:
-        headers, body = _wire("tools/call", params, capabilities, token)
-        response = await client.post(server.mcp_url, headers=headers, json=body)
+    response = await post_async(app_http, app.mcp_url, "tools/call", params, token=token, capabilities=capabilities)
     message = response_message(response)
     assert "result" not in message, message
     assert message["error"]["code"] == -32021
     assert message["error"]["data"]["requiredCapabilities"] == {"elicitation": {"url": {}}}
-
-
-def _wire(method: str, params: dict[str, Any], capabilities: dict[str, Any], token: str) -> tuple[dict[str, str], Any]:
-    headers, body = modern_request(method, params, capabilities=capabilities)
-    headers["Authorization"] = f"Bearer {token}"
-    return headers, body
 
 
 async def test_a_legacy_client_is_told_that_connecting_needs_a_2026_client(mcp_client: McpClientFactory) -> None:
@@ -183,41 +169,37 @@ async def test_a_new_call_after_a_cancelled_one_gets_a_fresh_link(mcp_client: Mc
     assert cancel.urls[0] != ask.urls[0]
 
 
-def test_a_callback_without_a_state_or_with_an_unknown_one_is_a_400_page(
-    http: httpx2.Client, server: RunningServer
-) -> None:
-    missing = http.get(f"{server.base_url}/oauth/callback", params={"code": "abc"})
+async def test_a_callback_without_a_state_or_with_an_unknown_one_is_a_400_page(app_http: httpx2.AsyncClient) -> None:
+    missing = await app_http.get("/oauth/callback", params={"code": "abc"})
     _assert_page(missing, 400)
     assert "carries no state" in missing.text
-    unknown = http.get(f"{server.base_url}/oauth/callback", params={"code": "abc", "state": "made-up-state"})
+    unknown = await app_http.get("/oauth/callback", params={"code": "abc", "state": "made-up-state"})
     _assert_page(unknown, 400)
     assert "unknown, expired, or was already used" in unknown.text
-    denied_unknown = http.get(f"{server.base_url}/oauth/callback", params={"error": "access_denied", "state": "x"})
+    denied_unknown = await app_http.get("/oauth/callback", params={"error": "access_denied", "state": "x"})
     _assert_page(denied_unknown, 400)
     for response in (missing, unknown):
         assert "abc" not in response.text
         assert "made-up-state" not in response.text
 
 
-def test_a_login_callback_that_this_browser_did_not_start_is_a_400_page(
-    http: httpx2.Client, server: RunningServer
-) -> None:
-    response = http.get(f"{server.base_url}/oauth/login/callback", params={"code": "abc", "state": "forged"})
+async def test_a_login_callback_that_this_browser_did_not_start_is_a_400_page(app_http: httpx2.AsyncClient) -> None:
+    response = await app_http.get("/oauth/login/callback", params={"code": "abc", "state": "forged"})
     _assert_page(response, 400)
 
 
-def test_a_malformed_or_unknown_connect_link_is_a_404_page_or_a_sign_in(
-    http: httpx2.Client, server: RunningServer, devidp: DevIdP
+async def test_a_malformed_or_unknown_connect_link_is_a_404_page_or_a_sign_in(
+    app: InProcessApp, app_http: httpx2.AsyncClient, devidp: DevIdP
 ) -> None:
-    _assert_page(http.get(f"{server.base_url}/connect/not-a-flow"), 404)
-    _assert_page(http.get(f"{server.base_url}/connect/cart_{'A' * 32}"), 404)
+    _assert_page(await app_http.get("/connect/not-a-flow"), 404)
+    _assert_page(await app_http.get(f"/connect/cart_{'A' * 32}"), 404)
     # A well-formed handle first needs a signed-in browser: the link itself proves nothing.
-    response = http.get(f"{server.base_url}/connect/flow_{'A' * 32}")
+    response = await app_http.get(f"/connect/flow_{'A' * 32}")
     assert response.status_code == 303
     location = httpx2.URL(response.headers["location"])
     assert str(location).startswith(f"{devidp.issuer}/auth?")
     assert location.params["client_id"] == "coatcheck-login"
-    assert location.params["redirect_uri"] == f"{server.base_url}/oauth/login/callback"
+    assert location.params["redirect_uri"] == f"{app.base_url}/oauth/login/callback"
     assert location.params["code_challenge_method"] == "S256"
     assert location.params["scope"] == "openid"
     assert location.params["state"]

@@ -1,20 +1,18 @@
-"""Bounded lists, safe retries, compact text and input schemas, through the real server and the SDK client."""
+"""Bounded lists, safe retries, compact text and input schemas, through the app in-process and the SDK client."""
 
 import json
+import logging
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-import httpx2
 import pytest
 from mcp import Client
-from mcp.client.streamable_http import streamable_http_client
 from mcp.types import TextContent
 
 from tests.support.devidp import DevIdP
+from tests.support.inprocess import InProcessApp, settings_from, started_app
 from tests.support.mcp_client import McpClientFactory, call_ok, text_of
-from tests.support.server import RunningServer, run_server
-from tests.support.waiting import free_port
 
 
 async def test_cart_list_pages_newest_first_and_the_last_page_has_a_null_cursor(mcp_client: McpClientFactory) -> None:
@@ -96,25 +94,21 @@ async def test_a_repeated_cart_delete_succeeds_with_deleted_false(mcp_client: Mc
 
 
 @pytest.fixture(scope="module")
-def capped_server(server_env: dict[str, str], devidp: DevIdP, public_url: str) -> Iterator[RunningServer]:
-    """A second server with MAX_OPEN_CARTS=2 and a log of its own (same resource, so the dev IdP's tokens fit)."""
-    env = {**server_env, "MAX_OPEN_CARTS": "2", "ALLOWED_HOSTS": "127.0.0.1:*"}
-    with run_server(env, port=free_port(), public_url=public_url) as running:
-        yield running
+async def capped_app(server_env: dict[str, str]) -> AsyncIterator[InProcessApp]:
+    """A second app with MAX_OPEN_CARTS=2 (same resource, so the dev IdP's tokens fit)."""
+    async with started_app(settings_from({**server_env, "MAX_OPEN_CARTS": "2"})) as started:
+        yield started
 
 
 @asynccontextmanager
-async def _client(server: RunningServer, devidp: DevIdP, resource: str) -> AsyncIterator[Client]:
-    token = await devidp.token(f"user-{uuid.uuid4().hex[:8]}", resource=resource)
-    http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=httpx2.Timeout(30.0))
-    async with http, Client(streamable_http_client(server.mcp_url, http_client=http)) as client:
+async def _client(app: InProcessApp, devidp: DevIdP) -> AsyncIterator[Client]:
+    token = await devidp.token(f"user-{uuid.uuid4().hex[:8]}", resource=app.mcp_url)
+    async with app.mcp_client(token) as client:
         yield client
 
 
-async def test_the_open_cart_cap_is_a_tool_error_that_says_what_to_do(
-    capped_server: RunningServer, devidp: DevIdP, public_url: str
-) -> None:
-    async with _client(capped_server, devidp, f"{public_url}/mcp") as client:
+async def test_the_open_cart_cap_is_a_tool_error_that_says_what_to_do(capped_app: InProcessApp, devidp: DevIdP) -> None:
+    async with _client(capped_app, devidp) as client:
         first = (await call_ok(client, "cart_create"))["cart_id"]
         await call_ok(client, "cart_create")
         refused = await client.call_tool("cart_create", {})
@@ -126,9 +120,10 @@ async def test_the_open_cart_cap_is_a_tool_error_that_says_what_to_do(
 
 
 async def test_nul_bytes_and_integers_past_int32_are_validation_errors_with_no_traceback_in_the_log(
-    capped_server: RunningServer, devidp: DevIdP, public_url: str
+    capped_app: InProcessApp, devidp: DevIdP, caplog: pytest.LogCaptureFixture
 ) -> None:
-    async with _client(capped_server, devidp, f"{public_url}/mcp") as client:
+    caplog.set_level(logging.INFO)
+    async with _client(capped_app, devidp) as client:
         cart_id = (await call_ok(client, "cart_create"))["cart_id"]
         calls = [
             ("catalog_search", {"query": "co\x00at"}),
@@ -150,7 +145,8 @@ async def test_nul_bytes_and_integers_past_int32_are_validation_errors_with_no_t
             assert "validation error" in text_of(result), (tool, text_of(result))
         cart = await call_ok(client, "cart_view", {"cart_id": cart_id})
     assert cart["version"] == 1  # nothing was written
-    log = capped_server.log_text()
-    assert "rejected arguments" in log
-    assert "Traceback" not in log
-    assert "unexpected exception" not in log
+    # The records the server's log handlers would format: a traceback is printed only for one with exc_info.
+    messages = [record.getMessage() for record in caplog.records]
+    assert any("rejected arguments" in message for message in messages), messages
+    assert [record.getMessage() for record in caplog.records if record.exc_info] == []
+    assert not any("unexpected exception" in message for message in messages), messages

@@ -1,6 +1,6 @@
 """Round trips per tool call as PostgreSQL itself saw them.
 
-``coatcheck serve`` runs against a private cluster that logs every protocol step (parse, bind, execute,
+The app (in-process, ``create_app``) runs against a private cluster that logs every protocol step (parse, bind, execute,
 simple-query statement) with ``log_min_duration_statement = 0``. Its pool has one connection, so every
 logged step of a call comes from that one session, and a warm call's log is the whole truth: a driver-level
 prepare shows up as a ``parse``, a pool ``ROLLBACK`` on return or a ``BEGIN``/``COMMIT`` as a ``statement``.
@@ -9,7 +9,7 @@ prepare shows up as a ``parse``, a pool ``ROLLBACK`` on return or a ``BEGIN``/``
 import asyncio
 import uuid
 from collections import Counter
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
 import asyncpg  # type: ignore[import-untyped]
@@ -25,10 +25,10 @@ from store.demo import seed_demo_catalog
 from store.migrations import upgrade
 from store.principal import Principal
 from tests.support.devidp import DevIdP
-from tests.support.mcp_client import call_ok, connect, text_of
-from tests.support.mrtr import ScriptedUser, another_instance, confirms
+from tests.support.inprocess import InProcessApp, settings_from, started_app
+from tests.support.mcp_client import call_ok, text_of
+from tests.support.mrtr import ScriptedUser, confirms
 from tests.support.private_postgres import LoggedMessage, PrivatePostgres, private_postgres
-from tests.support.server import RunningServer
 
 
 @pytest.fixture(scope="module")
@@ -61,11 +61,11 @@ def logged_database_url(logged_cluster: PrivatePostgres) -> str:
 
 
 @pytest.fixture(scope="module")
-def logged_server(server_env: dict[str, str], public_url: str, logged_database_url: str) -> Iterator[RunningServer]:
-    with another_instance(
-        server_env, public_url=public_url, DATABASE_URL=logged_database_url, DB_POOL_SIZE="1", MAX_CART_LINES="2"
-    ) as running:
-        yield running
+async def logged_app(server_env: dict[str, str], logged_database_url: str) -> AsyncIterator[InProcessApp]:
+    """The app in-process on the logged cluster: what it sends PostgreSQL does not depend on the socket."""
+    env = {**server_env, "DATABASE_URL": logged_database_url, "DB_POOL_SIZE": "1", "MAX_CART_LINES": "2"}
+    async with started_app(settings_from(env)) as started:
+        yield started
 
 
 def round_trips(messages: list[LoggedMessage]) -> int:
@@ -176,10 +176,10 @@ EXPECTED = {
 
 
 async def test_each_tool_call_costs_postgresql_the_documented_round_trips_and_nothing_else(
-    logged_server: RunningServer, logged_cluster: PrivatePostgres, devidp: DevIdP, public_url: str
+    logged_app: InProcessApp, logged_cluster: PrivatePostgres, devidp: DevIdP
 ) -> None:
-    token = await devidp.token(f"counted-{uuid.uuid4().hex[:6]}", resource=f"{public_url}/mcp")
-    async with connect(logged_server.mcp_url, token, elicitation_callback=ScriptedUser(confirms(True))) as client:
+    token = await devidp.token(f"counted-{uuid.uuid4().hex[:6]}", resource=logged_app.mcp_url)
+    async with logged_app.mcp_client(token, elicitation_callback=ScriptedUser(confirms(True))) as client:
         for call in (await _session(client)).values():  # warm-up: every statement prepared once
             await call()
         measured: dict[str, list[LoggedMessage]] = {}

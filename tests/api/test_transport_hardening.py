@@ -1,5 +1,8 @@
 """What an operator relies on at the HTTP edge: real hostnames behind a proxy, discover and cache hints,
-routing-header validation, a request-size limit, and a bounded shutdown with requests in flight."""
+routing-header validation, a request-size limit, and a bounded shutdown with requests in flight.
+
+Host, Origin, discover and routing-header checks are the app's own, so they run in-process (``create_app``);
+body limits, raw header bytes and shutdown need the real server and socket."""
 
 import asyncio
 import contextlib
@@ -8,7 +11,7 @@ import signal
 import socket
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -17,9 +20,10 @@ import pytest
 
 from api.settings import Settings
 from tests.support.devidp import DevIdP
+from tests.support.inprocess import InProcessApp, settings_from, started_app
 from tests.support.server import RunningServer, run_server
 from tests.support.waiting import free_port
-from tests.support.wire import PROTOCOL_VERSION, modern_request, post, response_message
+from tests.support.wire import PROTOCOL_VERSION, modern_request, post_async, response_message
 
 # The cacheable results Coatcheck serves: it has no prompts or resources, so their list methods are
 # -32601 (tests/api/test_advertised_capabilities.py); the conformance profile checks their hints.
@@ -37,6 +41,11 @@ async def token(devidp: DevIdP, server: RunningServer) -> str:
     return await devidp.token(f"edge-{uuid.uuid4().hex[:8]}", resource=server.mcp_url)
 
 
+@pytest.fixture
+async def app_token(devidp: DevIdP, app: InProcessApp) -> str:
+    return await devidp.token(f"edge-{uuid.uuid4().hex[:8]}", resource=app.mcp_url)
+
+
 def _error(response: httpx2.Response) -> dict[str, Any]:
     body: dict[str, Any] = response.json()
     assert isinstance(body["error"], dict)
@@ -49,15 +58,25 @@ PUBLIC_HOST = "mcp.example.com"
 
 
 @pytest.fixture(scope="module")
-def proxied_server(server_env: dict[str, str]) -> Iterator[RunningServer]:
-    """A server whose PUBLIC_URL is a TLS domain; the proxy in front keeps the Host header."""
+async def proxied_app(server_env: dict[str, str]) -> AsyncIterator[InProcessApp]:
+    """An app whose PUBLIC_URL is a TLS domain; the proxy in front keeps the Host header.
+
+    In-process: the Host and Origin checks are the app's, whatever server passes the header on.
+    """
     env = {
         **server_env,
+        "PUBLIC_URL": f"https://{PUBLIC_HOST}",
         "ALLOWED_HOSTS": "coatcheck.internal:8080",
         "ALLOWED_ORIGINS": "https://app.example.com",
     }
-    with run_server(env, port=free_port(), public_url=f"https://{PUBLIC_HOST}") as running:
-        yield running
+    async with started_app(settings_from(env)) as started:
+        yield started
+
+
+@pytest.fixture
+async def proxied_http(proxied_app: InProcessApp) -> AsyncIterator[httpx2.AsyncClient]:
+    async with proxied_app.http(timeout=15.0) as client:
+        yield client
 
 
 @pytest.fixture
@@ -67,19 +86,19 @@ async def proxied_token(devidp: DevIdP) -> str:
 
 
 @pytest.mark.parametrize("host", [PUBLIC_HOST, "coatcheck.internal:8080"])
-def test_requests_for_the_public_domain_or_an_extra_allowed_host_are_served(
-    http: httpx2.Client, proxied_server: RunningServer, proxied_token: str, host: str
+async def test_requests_for_the_public_domain_or_an_extra_allowed_host_are_served(
+    proxied_http: httpx2.AsyncClient, proxied_token: str, host: str
 ) -> None:
-    response = post(http, proxied_server.mcp_url, "tools/list", token=proxied_token, extra_headers={"Host": host})
+    response = await post_async(proxied_http, "/mcp", "tools/list", token=proxied_token, extra_headers={"Host": host})
     assert response.status_code == 200
     assert response_message(response)["result"]["tools"]
 
 
 @pytest.mark.parametrize("host", ["127.0.0.1", "mcp.example.com.evil.test", "localhost:8000"])
-def test_any_other_host_is_refused_even_with_a_valid_token(
-    http: httpx2.Client, proxied_server: RunningServer, proxied_token: str, host: str
+async def test_any_other_host_is_refused_even_with_a_valid_token(
+    proxied_http: httpx2.AsyncClient, proxied_token: str, host: str
 ) -> None:
-    response = post(http, proxied_server.mcp_url, "tools/list", token=proxied_token, extra_headers={"Host": host})
+    response = await post_async(proxied_http, "/mcp", "tools/list", token=proxied_token, extra_headers={"Host": host})
     assert response.status_code == 421
 
 
@@ -87,32 +106,30 @@ def test_any_other_host_is_refused_even_with_a_valid_token(
     ("origin", "status"),
     [(f"https://{PUBLIC_HOST}", 200), ("https://app.example.com", 200), ("https://evil.example", 403), ("null", 403)],
 )
-def test_browser_origins_are_checked_against_the_public_url_and_allowed_origins(
-    http: httpx2.Client, proxied_server: RunningServer, proxied_token: str, origin: str, status: int
+async def test_browser_origins_are_checked_against_the_public_url_and_allowed_origins(
+    proxied_http: httpx2.AsyncClient, proxied_token: str, origin: str, status: int
 ) -> None:
     headers = {"Host": PUBLIC_HOST, "Origin": origin}
-    response = post(http, proxied_server.mcp_url, "tools/list", token=proxied_token, extra_headers=headers)
+    response = await post_async(proxied_http, "/mcp", "tools/list", token=proxied_token, extra_headers=headers)
     assert response.status_code == status
 
 
-def test_the_auth_challenge_and_resource_metadata_name_the_public_url(
-    http: httpx2.Client, proxied_server: RunningServer
-) -> None:
-    challenge = post(http, proxied_server.mcp_url, "tools/list", extra_headers={"Host": PUBLIC_HOST})
+async def test_the_auth_challenge_and_resource_metadata_name_the_public_url(proxied_http: httpx2.AsyncClient) -> None:
+    challenge = await post_async(proxied_http, "/mcp", "tools/list", extra_headers={"Host": PUBLIC_HOST})
     assert challenge.status_code == 401
     expected = f'resource_metadata="https://{PUBLIC_HOST}/.well-known/oauth-protected-resource/mcp"'
     assert expected in challenge.headers["www-authenticate"]
-    document = http.get(f"{proxied_server.base_url}/.well-known/oauth-protected-resource/mcp").json()
+    document = (await proxied_http.get("/.well-known/oauth-protected-resource/mcp")).json()
     assert document["resource"] == f"https://{PUBLIC_HOST}/mcp"
 
 
 # --- server/discover and cache hints ---------------------------------------------------------------
 
 
-def test_discover_names_the_version_capabilities_and_server_with_cache_hints(
-    http: httpx2.Client, server: RunningServer, token: str
+async def test_discover_names_the_version_capabilities_and_server_with_cache_hints(
+    app_http: httpx2.AsyncClient, app_token: str
 ) -> None:
-    result = response_message(post(http, server.mcp_url, "server/discover", token=token))["result"]
+    result = response_message(await post_async(app_http, "/mcp", "server/discover", token=app_token))["result"]
     assert result["resultType"] == "complete"
     assert result["supportedVersions"] == [PROTOCOL_VERSION]
     assert "tools" in result["capabilities"]
@@ -121,10 +138,10 @@ def test_discover_names_the_version_capabilities_and_server_with_cache_hints(
 
 
 @pytest.mark.parametrize("method", CACHEABLE)
-def test_every_cacheable_result_carries_valid_private_cache_hints(
-    http: httpx2.Client, server: RunningServer, token: str, method: str
+async def test_every_cacheable_result_carries_valid_private_cache_hints(
+    app_http: httpx2.AsyncClient, app_token: str, method: str
 ) -> None:
-    result = response_message(post(http, server.mcp_url, method, token=token))["result"]
+    result = response_message(await post_async(app_http, "/mcp", method, token=app_token))["result"]
     assert isinstance(result["ttlMs"], int)
     assert result["ttlMs"] >= 0
     # Everything is behind per-user auth, so no shared cache may reuse an answer across users.
@@ -146,16 +163,15 @@ def test_every_cacheable_result_carries_valid_private_cache_hints(
     ],
     ids=["method-mismatch", "method-case", "method-missing", "name-mismatch", "name-missing", "version-mismatch"],
 )
-def test_routing_headers_that_disagree_with_the_body_get_400_header_mismatch(
-    http: httpx2.Client,
-    server: RunningServer,
-    token: str,
+async def test_routing_headers_that_disagree_with_the_body_get_400_header_mismatch(
+    app_http: httpx2.AsyncClient,
+    app_token: str,
     method: str,
     params: dict[str, Any] | None,
     header_changes: dict[str, str | None],
 ) -> None:
     headers, body = modern_request(method, params)
-    headers["Authorization"] = f"Bearer {token}"
+    headers["Authorization"] = f"Bearer {app_token}"
     changes = dict(header_changes)
     if "_meta_version" in changes:
         body["params"]["_meta"]["io.modelcontextprotocol/protocolVersion"] = changes.pop("_meta_version")
@@ -164,19 +180,20 @@ def test_routing_headers_that_disagree_with_the_body_get_400_header_mismatch(
             headers.pop(name, None)
         else:
             headers[name] = value
-    carts_before = _cart_count(http, server, token)
+    carts_before = await _cart_count(app_http, app_token)
 
-    response = http.post(server.mcp_url, headers=headers, json=body)
+    response = await app_http.post("/mcp", headers=headers, json=body)
 
     assert response.status_code == 400
     error = _error(response)
     assert error["error"]["code"] == -32020
     assert error["id"] == body["id"]
-    assert _cart_count(http, server, token) == carts_before  # the mismatched call did not run
+    assert await _cart_count(app_http, app_token) == carts_before  # the mismatched call did not run
 
 
-def _cart_count(http: httpx2.Client, server: RunningServer, token: str) -> int:
-    result = response_message(post(http, server.mcp_url, "tools/call", {"name": "cart_list"}, token=token))
+async def _cart_count(app_http: httpx2.AsyncClient, app_token: str) -> int:
+    response = await post_async(app_http, "/mcp", "tools/call", {"name": "cart_list"}, token=app_token)
+    result = response_message(response)
     return len(result["result"]["structuredContent"]["carts"])
 
 

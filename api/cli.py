@@ -107,7 +107,7 @@ def _serve(args: argparse.Namespace) -> None:
     settings = _settings()
     configure_logging(settings)
     try:
-        tracer_provider = configure_tracing()
+        tracer_provider = configure_tracing(settings)
     except TracingConfigError as exc:
         print(f"coatcheck: {exc}", file=sys.stderr)
         raise SystemExit(2) from None

@@ -265,6 +265,23 @@ class Settings(RetentionSettings, VaultKeySettings):
     metrics_enabled: bool = Field(
         default=False, description="Serve Prometheus metrics at /metrics (no tokens or identities in labels)."
     )
+    # OpenTelemetry's own variable names (api/tracing.py). The SDK still reads the rest of OTEL_* itself
+    # (endpoint, headers, sampler, batching, resource attributes): those only tune an exporter chosen here.
+    otel_traces_exporter: str = Field(
+        default="none",
+        description="Comma-separated span exporters: console, otlp (HTTP/protobuf) or an installed entry point; "
+        "none (the default, unlike the specification's) means no tracing.",
+    )
+    otel_sdk_disabled: bool = Field(default=False, description="true turns tracing off whatever the exporter.")
+    otel_service_name: str | None = Field(
+        default=None, description="service.name of every span (else OTEL_RESOURCE_ATTRIBUTES', else coatcheck)."
+    )
+    otel_exporter_otlp_protocol: str = Field(
+        default="http/protobuf", description="OTLP transport; only http/protobuf is supported."
+    )
+    otel_exporter_otlp_traces_protocol: str | None = Field(
+        default=None, description="OTLP transport for traces; overrides OTEL_EXPORTER_OTLP_PROTOCOL."
+    )
     legacy_clients: Literal["serve", "reject"] = Field(
         default="serve",
         description="serve: answer 2025-11-25 (initialize handshake) clients statelessly on /mcp; "

@@ -1,4 +1,4 @@
-"""OpenTelemetry traces, configured by the standard ``OTEL_*`` environment variables.
+"""OpenTelemetry traces, configured by the standard ``OTEL_*`` environment variables (read by ``Settings``).
 
 The SDK already opens a span per MCP request (``tools/call cart_view``…); this module gives those spans
 somewhere to go and adds one span per database statement under them (:func:`trace_statements`).
@@ -14,10 +14,8 @@ follow the SDK's own variables.
 Spans carry no secret: statement spans hold the SQL text with its placeholders, never the bound values.
 """
 
-import os
-from collections.abc import Mapping
 from importlib.metadata import entry_points
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from opentelemetry import trace
 from opentelemetry.sdk.resources import SERVICE_NAME, Resource
@@ -27,6 +25,9 @@ from opentelemetry.trace import SpanKind, StatusCode
 from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+if TYPE_CHECKING:
+    from api.settings import Settings
+
 _ENTRY_POINTS = "opentelemetry_traces_exporter"
 _MAX_QUERY_TEXT = 2000
 
@@ -35,11 +36,9 @@ class TracingConfigError(Exception):
     """The ``OTEL_*`` variables name an exporter that cannot be used; the message says which and why."""
 
 
-def _exporter(name: str, environ: Mapping[str, str]) -> SpanExporter:
+def _exporter(name: str, settings: "Settings") -> SpanExporter:
     if name == "otlp":
-        protocol = environ.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") or environ.get(
-            "OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf"
-        )
+        protocol = settings.otel_exporter_otlp_traces_protocol or settings.otel_exporter_otlp_protocol
         if protocol != "http/protobuf":
             raise TracingConfigError(f"OTEL_EXPORTER_OTLP_PROTOCOL={protocol} is not supported; use http/protobuf")
         name = "otlp_proto_http"
@@ -52,19 +51,20 @@ def _exporter(name: str, environ: Mapping[str, str]) -> SpanExporter:
     return exporter
 
 
-def configure_tracing(environ: Mapping[str, str] | None = None) -> TracerProvider | None:
-    """Install the process's tracer provider from ``OTEL_*``; ``None`` when tracing is off.
+def configure_tracing(settings: "Settings") -> TracerProvider | None:
+    """Install the process's tracer provider from the ``OTEL_*`` settings; ``None`` when tracing is off.
 
     Raises:
         TracingConfigError: an exporter is unknown or not installed.
     """
-    env = os.environ if environ is None else environ
-    names = [part.strip() for part in env.get("OTEL_TRACES_EXPORTER", "none").split(",") if part.strip()]
-    if env.get("OTEL_SDK_DISABLED", "").strip().lower() == "true" or not names or names == ["none"]:
+    names = [part.strip() for part in settings.otel_traces_exporter.split(",") if part.strip()]
+    if settings.otel_sdk_disabled or not names or names == ["none"]:
         return None
-    exporters = [_exporter(name, env) for name in names if name != "none"]
-    attributes = {} if env.get("OTEL_SERVICE_NAME") else {SERVICE_NAME: "coatcheck"}
-    provider = TracerProvider(resource=Resource.create(attributes))
+    exporters = [_exporter(name, settings) for name in names if name != "none"]
+    resource = Resource.create({SERVICE_NAME: settings.otel_service_name} if settings.otel_service_name else {})
+    if str(resource.attributes.get(SERVICE_NAME, "")).startswith("unknown_service"):  # the SDK's placeholder
+        resource = resource.merge(Resource({SERVICE_NAME: "coatcheck"}))
+    provider = TracerProvider(resource=resource)
     for exporter in exporters:
         provider.add_span_processor(BatchSpanProcessor(exporter))
     trace.set_tracer_provider(provider)

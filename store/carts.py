@@ -22,7 +22,7 @@ from store.lines import PricedLine, line_counts, priced_lines
 from store.models import Cart, CartItem, Product, table_of
 from store.paging import DEFAULT_PAGE_SIZE, Page, Position, keyset_list
 from store.principal import Principal
-from store.scoping import owned_by, principal_params
+from store.scoping import owned_by, owned_rows, principal_params
 
 CART_PREFIX = "cart"
 MAX_QUANTITY = 999
@@ -303,11 +303,7 @@ class CartRepository:
         Raises:
             NotFound: the handle names no cart of this principal.
         """
-        if not is_well_formed(handle, CART_PREFIX):
-            raise NotFound("cart", handle)
-        rows = (await self._conn.execute(_VIEW, {"p_handle": handle, **principal_params(principal)})).all()
-        if not rows:
-            raise NotFound("cart", handle)
+        rows = await owned_rows(self._conn, _VIEW, principal, kind="cart", prefix=CART_PREFIX, handle=handle)
         return _view_of(handle, rows[0].status, rows)
 
     async def set_item(

@@ -34,7 +34,7 @@ from store.lines import PricedLine, line_counts, priced_lines
 from store.models import Cart, CartItem, Order, OrderLine, Product, table_of
 from store.paging import DEFAULT_PAGE_SIZE, Page, Position, keyset_list
 from store.principal import Principal
-from store.scoping import owned_by, principal_params
+from store.scoping import owned_by, owned_rows, principal_params
 
 ORDER_PREFIX = "ord"
 MAX_NONCE_LENGTH = 64
@@ -259,7 +259,7 @@ _VIEW = (
         _line.c.unit_price_cents,
     )
     .select_from(_order.outerjoin(_line, _line.c.order_id == _order.c.id))
-    .where(_order.c.handle == bindparam("p_order"), _OWNS_ORDER)
+    .where(_order.c.handle == bindparam("p_handle"), _OWNS_ORDER)
     .order_by(_line.c.sku)
 )
 
@@ -431,11 +431,7 @@ class OrderRepository:
         Raises:
             NotFound: the handle names no order of this principal.
         """
-        if not is_well_formed(handle, ORDER_PREFIX):
-            raise NotFound("order", handle)
-        rows = (await self._conn.execute(_VIEW, {"p_order": handle, **principal_params(principal)})).all()
-        if not rows:
-            raise NotFound("order", handle)
+        rows = await owned_rows(self._conn, _VIEW, principal, kind="order", prefix=ORDER_PREFIX, handle=handle)
         first = rows[0]
         lines = priced_lines(rows)
         return OrderView(

@@ -94,22 +94,16 @@ def _summary(row: Row[*tuple[Any, ...]]) -> CartSummary:
     )
 
 
-# A cart with its lines priced from the catalog (an empty cart still yields one row).
-_CART_LINES = _cart.outerjoin(_item, _item.c.cart_id == _cart.c.id).outerjoin(_product, _product.c.sku == _item.c.sku)
+# A cart with its lines priced from the catalog now (an empty cart still yields one row, its line columns
+# NULL), as cart_view shows it and checkout prices it: read what :func:`~store.lines.priced_lines` needs.
+CART_LINES = _cart.outerjoin(_item, _item.c.cart_id == _cart.c.id).outerjoin(_product, _product.c.sku == _item.c.sku)
+PRICED_LINE_COLUMNS = (_item.c.sku, _product.c.name, _item.c.quantity, _product.c.unit_price_cents, _product.c.currency)
 
 # The hot statements are built once; each call only binds values (no per-call construction).
 _OWNED = owned_by(_cart)
 _VIEW = (
-    select(
-        _cart.c.version,
-        _cart.c.status,
-        _item.c.sku,
-        _product.c.name,
-        _item.c.quantity,
-        _product.c.unit_price_cents,
-        _product.c.currency,
-    )
-    .select_from(_CART_LINES)
+    select(_cart.c.version, _cart.c.status, *PRICED_LINE_COLUMNS)
+    .select_from(CART_LINES)
     .where(_cart.c.handle == bindparam("p_handle"), _OWNED)
     .order_by(_item.c.sku)
 )

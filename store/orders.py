@@ -27,7 +27,7 @@ from sqlalchemy import BigInteger, Integer, Row, String, Text, bindparam, func, 
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from store.carts import CART_PREFIX, CartStatus
+from store.carts import CART_LINES, CART_PREFIX, PRICED_LINE_COLUMNS, CartStatus
 from store.errors import Conflict, InvalidInput, NotFound
 from store.handles import is_well_formed, new_handle
 from store.lines import PricedLine, line_counts, priced_lines
@@ -157,22 +157,14 @@ _SNAPSHOT = (
         _cart.c.id,
         _cart.c.version,
         _cart.c.status,
-        _item.c.sku,
-        _product.c.name,
-        _item.c.quantity,
-        _product.c.unit_price_cents,
-        _product.c.currency,
+        *PRICED_LINE_COLUMNS,
         _order.c.handle.label("order_handle"),
         _order.c.checkout_nonce,
         _order.c.total_cents.label("order_total_cents"),
         _order.c.currency.label("order_currency"),
         _order.c.status.label("order_status"),
     )
-    .select_from(
-        _cart.outerjoin(_item, _item.c.cart_id == _cart.c.id)
-        .outerjoin(_product, _product.c.sku == _item.c.sku)
-        .outerjoin(_order, _order.c.cart_id == _cart.c.id)
-    )
+    .select_from(CART_LINES.outerjoin(_order, _order.c.cart_id == _cart.c.id))
     .where(_cart.c.handle == bindparam("p_cart"), _OWNS_CART)
     .order_by(_item.c.sku)
 )

@@ -20,9 +20,7 @@ import time
 from contextvars import ContextVar
 from typing import Any, Literal
 
-from cryptography.hazmat.primitives import hashes
-from cryptography.hazmat.primitives.kdf.hkdf import HKDF
-
+from store.crypto import derive_key
 from store.principal import Principal
 
 LogFormat = Literal["text", "json"]
@@ -119,8 +117,8 @@ def configure_logging(level: str, log_format: LogFormat = "text") -> None:
 
 
 def principal_digest_key(token_key_ring: list[bytes]) -> bytes:
-    """The key of :func:`principal_digest`, derived (HKDF, own label) from the newest token key."""
-    return HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=_DIGEST_LABEL).derive(token_key_ring[0])
+    """The key of :func:`principal_digest`: :func:`store.crypto.derive_key` of the newest token key, own label."""
+    return derive_key(token_key_ring[0], _DIGEST_LABEL)
 
 
 def principal_digest(key: bytes, principal: Principal) -> str:

@@ -8,28 +8,21 @@ three, so a retried delete succeeds). Creating is capped per principal and can b
 idempotent with a client-chosen key; listing is by keyset pages (``store/paging.py``).
 """
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
-from sqlalchemy import (
-    Select,
-    bindparam,
-    delete,
-    func,
-    select,
-    text,
-    true,
-)
+from sqlalchemy import Row, bindparam, delete, func, select, text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from store.errors import Conflict, InvalidInput, NotFound
 from store.handles import is_well_formed, new_handle
-from store.lines import PricedLine
+from store.lines import PricedLine, line_counts, priced_lines
 from store.models import Cart, CartItem, Product, table_of
-from store.paging import DEFAULT_PAGE_SIZE, Page, Position, keyset_pages, page_of
+from store.paging import DEFAULT_PAGE_SIZE, Page, Position, keyset_list
 from store.principal import Principal
-from store.scoping import owned_by, principal_params
+from store.scoping import owned_by, owned_rows, principal_params
 
 CART_PREFIX = "cart"
 MAX_QUANTITY = 999
@@ -74,22 +67,43 @@ class CartSummary:
     created_at: datetime
 
 
-# A cart with its lines priced from the catalog (an empty cart still yields one row).
-_CART_LINES = _cart.outerjoin(_item, _item.c.cart_id == _cart.c.id).outerjoin(_product, _product.c.sku == _item.c.sku)
+def _view_of(handle: str, status: CartStatus, rows: Sequence[Row[*tuple[Any, ...]]]) -> CartView:
+    """The cart read as rows of its priced lines (one row with a NULL sku for an empty cart)."""
+    lines = priced_lines(rows)
+    return CartView(
+        handle=handle,
+        version=rows[0].version,
+        status=status,
+        items=lines,
+        total_cents=sum(line.line_total_cents for line in lines),
+        # Every write keeps a cart to one currency, so any line's speaks for all.
+        currency=next((row.currency for row in rows if row.currency is not None), None),
+    )
+
+
+def _summary(row: Row[*tuple[Any, ...]]) -> CartSummary:
+    return CartSummary(
+        handle=row.handle,
+        version=row.version,
+        status=row.status,
+        line_count=row.line_count,
+        item_count=int(row.item_count),
+        total_cents=int(row.total_cents),
+        currency=row.currency,
+        created_at=row.created_at,
+    )
+
+
+# A cart with its lines priced from the catalog now (an empty cart still yields one row, its line columns
+# NULL), as cart_view shows it and checkout prices it: read what :func:`~store.lines.priced_lines` needs.
+CART_LINES = _cart.outerjoin(_item, _item.c.cart_id == _cart.c.id).outerjoin(_product, _product.c.sku == _item.c.sku)
+PRICED_LINE_COLUMNS = (_item.c.sku, _product.c.name, _item.c.quantity, _product.c.unit_price_cents, _product.c.currency)
 
 # The hot statements are built once; each call only binds values (no per-call construction).
 _OWNED = owned_by(_cart)
 _VIEW = (
-    select(
-        _cart.c.version,
-        _cart.c.status,
-        _item.c.sku,
-        _product.c.name,
-        _item.c.quantity,
-        _product.c.unit_price_cents,
-        _product.c.currency,
-    )
-    .select_from(_CART_LINES)
+    select(_cart.c.version, _cart.c.status, *PRICED_LINE_COLUMNS)
+    .select_from(CART_LINES)
     .where(_cart.c.handle == bindparam("p_handle"), _OWNED)
     .order_by(_item.c.sku)
 )
@@ -172,44 +186,21 @@ WHERE cart.handle = CAST(:p_handle AS varchar)
 )
 # One page of the principal's carts (keyset on the index (iss, sub, created_at, handle)), then the
 # counts and totals of just those carts: the cost is one index range of limit + 1 entries plus their lines.
-_PAGE, _PAGE_AFTER = keyset_pages(
+_LIST = keyset_list(
     select(_cart.c.id, _cart.c.handle, _cart.c.version, _cart.c.status, _cart.c.created_at).where(_OWNED),
-    _cart.c.created_at,
-    _cart.c.handle,
-)
-
-
-def _list_of(page: Select[Any]) -> Select[Any]:
-    listed = page.cte("listed")
-    totals = (
+    row_id=_cart.c.id,
+    at=_cart.c.created_at,
+    handle=_cart.c.handle,
+    totals=lambda cart_id: (
         select(
-            func.count(_item.c.sku).label("line_count"),
-            func.coalesce(func.sum(_item.c.quantity), 0).label("item_count"),
+            *line_counts(_item.c.sku, _item.c.quantity),
             func.coalesce(func.sum(_item.c.quantity * _product.c.unit_price_cents), 0).label("total_cents"),
             func.min(_product.c.currency).label("currency"),
         )
         .select_from(_item.join(_product, _product.c.sku == _item.c.sku))
-        .where(_item.c.cart_id == listed.c.id)
-        .lateral("totals")
-    )
-    return (
-        select(
-            listed.c.handle,
-            listed.c.version,
-            listed.c.status,
-            totals.c.line_count,
-            totals.c.item_count,
-            totals.c.total_cents,
-            totals.c.currency,
-            listed.c.created_at,
-        )
-        .select_from(listed.join(totals, true()))
-        .order_by(listed.c.created_at.desc(), listed.c.handle.desc())
-    )
-
-
-_LIST = _list_of(_PAGE)
-_LIST_AFTER = _list_of(_PAGE_AFTER)
+        .where(_item.c.cart_id == cart_id)
+    ),
+)
 # cart_create in one statement (autocommit: one round trip). An open cart holds one of its owner's
 # MAX_OPEN_CARTS numbered slots, and a unique index over the open carts' slots (uq_cart_open_slot, partial
 # on status = 'open', so checking out or deleting a cart frees its slot) is what enforces the cap: two
@@ -306,25 +297,8 @@ class CartRepository:
         Raises:
             NotFound: the handle names no cart of this principal.
         """
-        if not is_well_formed(handle, CART_PREFIX):
-            raise NotFound("cart", handle)
-        rows = (await self._conn.execute(_VIEW, {"p_handle": handle, **principal_params(principal)})).all()
-        if not rows:
-            raise NotFound("cart", handle)
-        lines = [
-            PricedLine(sku=row.sku, name=row.name, quantity=row.quantity, unit_price_cents=row.unit_price_cents)
-            for row in rows
-            if row.sku is not None
-        ]
-        currency = next((row.currency for row in rows if row.currency is not None), None)
-        return CartView(
-            handle=handle,
-            version=rows[0].version,
-            status=rows[0].status,
-            items=lines,
-            total_cents=sum(line.line_total_cents for line in lines),
-            currency=currency,
-        )
+        rows = await owned_rows(self._conn, _VIEW, principal, kind="cart", prefix=CART_PREFIX, handle=handle)
+        return _view_of(handle, rows[0].status, rows)
 
     async def set_item(
         self,
@@ -363,19 +337,7 @@ class CartRepository:
         for _ in range(_WRITE_ATTEMPTS):
             rows = (await self._conn.execute(_SET_ITEM, params)).all()
             if rows:
-                lines = [
-                    PricedLine(sku=row.sku, name=row.name, quantity=row.quantity, unit_price_cents=row.unit_price_cents)
-                    for row in rows
-                    if row.sku is not None
-                ]
-                return CartView(
-                    handle=handle,
-                    version=rows[0].version,
-                    status="open",
-                    items=lines,
-                    total_cents=sum(line.line_total_cents for line in lines),
-                    currency=rows[0].currency if lines else None,
-                )
+                return _view_of(handle, "open", rows)
             await self._explain_refused(params, expected_version, max_lines)
         raise Conflict("the cart is being changed by several calls at once; call cart_view, then retry")
 
@@ -413,27 +375,7 @@ class CartRepository:
         ``after`` is the ``next`` position of the previous page. Each page is one statement whose cost
         depends on ``limit``, not on how many carts this or any other principal has.
         """
-        params: dict[str, object] = {**principal_params(principal), "p_limit": limit + 1}
-        if after is None:
-            result = await self._conn.execute(_LIST, params)
-        else:
-            result = await self._conn.execute(
-                _LIST_AFTER, {**params, "p_after_at": after.at, "p_after_handle": after.handle}
-            )
-        rows = [
-            CartSummary(
-                handle=row.handle,
-                version=row.version,
-                status=row.status,
-                line_count=row.line_count,
-                item_count=int(row.item_count),
-                total_cents=int(row.total_cents),
-                currency=row.currency,
-                created_at=row.created_at,
-            )
-            for row in result
-        ]
-        return page_of(rows, limit, lambda cart: Position(at=cart.created_at, handle=cart.handle))
+        return await _LIST.page(self._conn, principal, limit=limit, after=after, item=_summary)
 
     async def delete(self, principal: Principal, handle: str) -> bool:
         """Delete the cart and its lines; tell whether this call deleted it.

@@ -25,13 +25,12 @@ Invariants:
 
 import hashlib
 import json
-import logging
 import re
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, Literal
+from typing import Literal
 
-from sqlalchemy import Interval, RowMapping, and_, bindparam, case, func, insert, literal, not_, select, update
+from sqlalchemy import Interval, RowMapping, and_, bindparam, case, func, insert, literal, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from store.crypto import TokenCipher, associated_data
@@ -47,11 +46,8 @@ __all__ = [
     "ConsumedFlow",
     "Flow",
     "FlowRepository",
-    "count_stale_flow_secrets",
-    "reencrypt_flow_batch",
+    "flow_secrets_aad",
 ]
-
-logger = logging.getLogger(__name__)
 
 FLOW_PREFIX = "flow"
 FINISHED_STATUSES = frozenset({"connected", "denied", "failed"})
@@ -179,7 +175,8 @@ def _state_digest(state: str) -> bytes:
     return hashlib.sha256(state.encode()).digest()
 
 
-def _secrets_aad(handle: str) -> bytes:
+def flow_secrets_aad(handle: str) -> bytes:
+    """The associated data binding a flow's sealed PKCE verifier and nonce to the flow (for key rotation too)."""
     return associated_data("oauth_flow", handle, "secrets")
 
 
@@ -243,7 +240,7 @@ class FlowRepository:
             raise ValueError("state and code_verifier must not be empty")
         if not is_well_formed(handle, FLOW_PREFIX):
             raise NotFound("flow", handle)
-        sealed = self._cipher.encrypt(json.dumps({"v": code_verifier, "n": nonce}), aad=_secrets_aad(handle))
+        sealed = self._cipher.encrypt(json.dumps({"v": code_verifier, "n": nonce}), aad=flow_secrets_aad(handle))
         params = {"p_handle": handle, "p_digest": _state_digest(state), "p_secrets": sealed}
         if (await self._conn.execute(_ATTACH, params)).scalar_one_or_none() is None:
             raise NotFound("flow", handle)
@@ -279,7 +276,7 @@ class FlowRepository:
         sealed = row["sealed_secrets"]
         if sealed is None:
             raise DecryptError("malformed")
-        secrets = json.loads(self._cipher.decrypt(sealed, aad=_secrets_aad(flow.handle)))
+        secrets = json.loads(self._cipher.decrypt(sealed, aad=flow_secrets_aad(flow.handle)))
         return ConsumedFlow(flow=flow, code_verifier=secrets["v"], nonce=secrets["n"])
 
     async def finish(self, handle: str, status: str, *, error: str | None = None) -> bool:
@@ -301,55 +298,3 @@ class FlowRepository:
             error = _UNRECOGNISED_ERROR
         params = {"p_handle": handle, "p_status": status, "p_error": error}
         return (await self._conn.execute(_FINISH, params)).scalar_one_or_none() is not None
-
-
-async def reencrypt_flow_batch(
-    conn: AsyncConnection, cipher: TokenCipher, *, after_id: int, limit: int
-) -> tuple[int, int | None]:
-    """Re-seal under ``keys[0]`` the flow secrets of up to ``limit`` rows with ``id > after_id``.
-
-    Returns (rows re-sealed, last id seen), the last id being ``None`` when no rows were left.
-    Rows whose secrets do not open with any ring key are skipped and logged by id.
-    """
-    rows = (
-        await conn.execute(
-            select(_flow.c.id, _flow.c.handle, _flow.c.secrets_enc)
-            .where(
-                _flow.c.id > after_id,
-                _flow.c.secrets_enc.is_not(None),
-                not_(_flow.c.secrets_enc.startswith(cipher.current_prefix, autoescape=True)),
-            )
-            .order_by(_flow.c.id)
-            .limit(limit)
-            .with_for_update()
-        )
-    ).all()
-    if not rows:
-        return 0, None
-    updates: list[dict[str, Any]] = []
-    for row in rows:
-        aad = _secrets_aad(row.handle)
-        try:
-            sealed = cipher.encrypt(cipher.decrypt(row.secrets_enc, aad=aad), aad=aad)
-            updates.append({"b_id": row.id, "b_secrets": sealed})
-        except DecryptError as exc:
-            logger.warning("oauth_flow id=%d: secrets not re-encrypted: %s", row.id, exc)
-    if updates:
-        await conn.execute(
-            update(_flow).where(_flow.c.id == bindparam("b_id")).values(secrets_enc=bindparam("b_secrets")),
-            updates,
-        )
-    return len(updates), rows[-1].id
-
-
-async def count_stale_flow_secrets(conn: AsyncConnection, cipher: TokenCipher) -> int:
-    """How many flows hold secrets sealed under a key other than ``keys[0]``."""
-    stmt = (
-        select(func.count())
-        .select_from(_flow)
-        .where(
-            _flow.c.secrets_enc.is_not(None),
-            not_(_flow.c.secrets_enc.startswith(cipher.current_prefix, autoescape=True)),
-        )
-    )
-    return int((await conn.execute(stmt)).scalar_one())

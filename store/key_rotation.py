@@ -1,21 +1,24 @@
 """Key rotation: re-seal stored tokens and pending flow secrets under the newest key of the ring.
 
 ``coatcheck keys rotate`` runs :func:`reencrypt_all`; :func:`count_stale` tells whether anything
-is still sealed under an older key.
+is still sealed under an older key. Both walk every table that holds sealed values the same way
+(:data:`_SEALED`): a value re-seals under ``keys[0]`` with the associated data it was sealed with.
 """
 
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import and_, bindparam, func, not_, or_, select, update
+from sqlalchemy import RowMapping, Table, and_, bindparam, func, not_, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql.elements import ColumnElement
 
 from store.crypto import TokenCipher
 from store.errors import DecryptError
-from store.flows import count_stale_flow_secrets, reencrypt_flow_batch
+from store.flows import flow_secrets_aad
+from store.models import OAuthFlow, table_of
 from store.principal import Principal
 from store.vault import VAULT_TABLE, token_aad
 
@@ -23,18 +26,48 @@ __all__ = ["count_stale", "reencrypt_all"]
 
 logger = logging.getLogger(__name__)
 
-_conn_t = VAULT_TABLE
+
+@dataclass(frozen=True, slots=True)
+class _SealedColumns:
+    """A table's sealed columns (NULL: nothing sealed) and the associated data each value is bound to."""
+
+    table: Table
+    what: str  # names the values in the log line of a row that no ring key opens
+    reads: tuple[str, ...]  # the columns ``aad`` needs besides ``id``
+    sealed: Mapping[str, str]  # sealed column -> the label ``aad`` is given for it
+    aad: Callable[[RowMapping, str], bytes]
+
+    def stale(self, cipher: TokenCipher) -> ColumnElement[bool]:
+        prefix = cipher.current_prefix
+        return or_(
+            *(
+                and_(self.table.c[name].is_not(None), not_(self.table.c[name].startswith(prefix, autoescape=True)))
+                for name in self.sealed
+            )
+        )
 
 
-def _stale(cipher: TokenCipher) -> ColumnElement[bool]:
-    prefix = cipher.current_prefix
-    return or_(
-        not_(_conn_t.c.access_token_enc.startswith(prefix, autoescape=True)),
-        and_(
-            _conn_t.c.refresh_token_enc.is_not(None),
-            not_(_conn_t.c.refresh_token_enc.startswith(prefix, autoescape=True)),
-        ),
-    )
+def _token_aad(row: RowMapping, column: str) -> bytes:
+    principal = Principal(issuer=row["principal_iss"], subject=row["principal_sub"])
+    return token_aad(row["id"], principal, row["provider"], column)
+
+
+_SEALED = (
+    _SealedColumns(
+        table=VAULT_TABLE,
+        what="tokens",
+        reads=("principal_iss", "principal_sub", "provider"),
+        sealed={"access_token_enc": "access_token", "refresh_token_enc": "refresh_token"},
+        aad=_token_aad,
+    ),
+    _SealedColumns(
+        table=table_of(OAuthFlow),
+        what="secrets",
+        reads=("handle",),
+        sealed={"secrets_enc": "secrets"},
+        aad=lambda row, _label: flow_secrets_aad(row["handle"]),
+    ),
+)
 
 
 @asynccontextmanager
@@ -47,55 +80,49 @@ async def _batch(conn: AsyncConnection) -> AsyncIterator[None]:
             yield
 
 
-async def _reencrypt_connection_batch(
-    conn: AsyncConnection, cipher: TokenCipher, *, after_id: int, limit: int
+async def _reencrypt_batch(
+    conn: AsyncConnection, cipher: TokenCipher, sealed: _SealedColumns, *, after_id: int, limit: int
 ) -> tuple[int, int | None]:
+    """Re-seal the stale values of up to ``limit`` rows with ``id > after_id``, locked ``FOR UPDATE``.
+
+    Returns (rows re-sealed, last id seen), the last id being ``None`` when no rows were left. A row
+    with a value no ring key opens is skipped and logged by id.
+    """
+    table = sealed.table
     rows = (
-        await conn.execute(
-            select(
-                _conn_t.c.id,
-                _conn_t.c.principal_iss,
-                _conn_t.c.principal_sub,
-                _conn_t.c.provider,
-                _conn_t.c.access_token_enc,
-                _conn_t.c.refresh_token_enc,
+        (
+            await conn.execute(
+                select(table.c.id, *(table.c[name] for name in (*sealed.reads, *sealed.sealed)))
+                .where(table.c.id > after_id, sealed.stale(cipher))
+                .order_by(table.c.id)
+                .limit(limit)
+                .with_for_update()
             )
-            .where(_conn_t.c.id > after_id, _stale(cipher))
-            .order_by(_conn_t.c.id)
-            .limit(limit)
-            .with_for_update()
         )
-    ).all()
+        .mappings()
+        .all()
+    )
     if not rows:
         return 0, None
     updates: list[dict[str, Any]] = []
     for row in rows:
-        row_id, provider, access_enc, refresh_enc = row.id, row.provider, row.access_token_enc, row.refresh_token_enc
-        principal = Principal(issuer=row.principal_iss, subject=row.principal_sub)
-        access_aad = token_aad(row_id, principal, provider, "access_token")
-        refresh_aad = token_aad(row_id, principal, provider, "refresh_token")
         try:
-            updates.append(
-                {
-                    "b_id": row_id,
-                    "b_access": cipher.encrypt(cipher.decrypt(access_enc, aad=access_aad), aad=access_aad),
-                    "b_refresh": (
-                        cipher.encrypt(cipher.decrypt(refresh_enc, aad=refresh_aad), aad=refresh_aad)
-                        if refresh_enc is not None
-                        else None
-                    ),
-                }
-            )
+            values = {}
+            for name, label in sealed.sealed.items():
+                value, aad = row[name], sealed.aad(row, label)
+                values[f"b_{name}"] = None if value is None else cipher.encrypt(cipher.decrypt(value, aad=aad), aad=aad)
         except DecryptError as exc:
-            logger.warning("provider_connection id=%d: tokens not re-encrypted: %s", row_id, exc)
+            logger.warning("%s id=%d: %s not re-encrypted: %s", table.name, row["id"], sealed.what, exc)
+        else:
+            updates.append({"b_id": row["id"], **values})
     if updates:
         await conn.execute(
-            update(_conn_t)
-            .where(_conn_t.c.id == bindparam("b_id"))
-            .values(access_token_enc=bindparam("b_access"), refresh_token_enc=bindparam("b_refresh")),
+            update(table)
+            .where(table.c.id == bindparam("b_id"))
+            .values({name: bindparam(f"b_{name}") for name in sealed.sealed}),
             updates,
         )
-    return len(updates), rows[-1].id
+    return len(updates), rows[-1]["id"]
 
 
 async def reencrypt_all(conn: AsyncConnection, cipher: TokenCipher, *, batch_size: int = 500) -> int:
@@ -113,16 +140,19 @@ async def reencrypt_all(conn: AsyncConnection, cipher: TokenCipher, *, batch_siz
     if batch_size < 1:
         raise ValueError("batch_size must be positive")
     total = 0
-    for step in (_reencrypt_connection_batch, reencrypt_flow_batch):
+    for sealed in _SEALED:
         after_id: int | None = 0
         while after_id is not None:
             async with _batch(conn):
-                done, after_id = await step(conn, cipher, after_id=after_id, limit=batch_size)
+                done, after_id = await _reencrypt_batch(conn, cipher, sealed, after_id=after_id, limit=batch_size)
             total += done
     return total
 
 
 async def count_stale(conn: AsyncConnection, cipher: TokenCipher) -> int:
     """How many rows still hold a value sealed under a key other than ``keys[0]`` (0 after a full rotation)."""
-    connections = (await conn.execute(select(func.count()).select_from(_conn_t).where(_stale(cipher)))).scalar_one()
-    return int(connections) + await count_stale_flow_secrets(conn, cipher)
+    total = 0
+    for sealed in _SEALED:
+        stmt = select(func.count()).select_from(sealed.table).where(sealed.stale(cipher))
+        total += int((await conn.execute(stmt)).scalar_one())
+    return total

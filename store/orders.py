@@ -23,18 +23,18 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
-from sqlalchemy import BigInteger, Integer, Select, String, Text, bindparam, func, insert, select, true, update
+from sqlalchemy import BigInteger, Integer, Row, String, Text, bindparam, func, insert, select, true, update
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from store.carts import CART_PREFIX, CartStatus
+from store.carts import CART_LINES, CART_PREFIX, PRICED_LINE_COLUMNS, CartStatus
 from store.errors import Conflict, InvalidInput, NotFound
 from store.handles import is_well_formed, new_handle
-from store.lines import PricedLine
+from store.lines import PricedLine, line_counts, priced_lines
 from store.models import Cart, CartItem, Order, OrderLine, Product, table_of
-from store.paging import DEFAULT_PAGE_SIZE, Page, Position, keyset_pages, page_of
+from store.paging import DEFAULT_PAGE_SIZE, Page, Position, keyset_list
 from store.principal import Principal
-from store.scoping import owned_by, principal_params
+from store.scoping import owned_by, owned_rows, principal_params
 
 ORDER_PREFIX = "ord"
 MAX_NONCE_LENGTH = 64
@@ -111,13 +111,17 @@ class OrderSummary:
     placed_at: datetime
 
 
-@dataclass(frozen=True, slots=True)
-class _PricedLine:
-    sku: str
-    name: str
-    quantity: int
-    unit_price_cents: int
-    currency: str
+def _summary(row: Row[*tuple[Any, ...]]) -> OrderSummary:
+    return OrderSummary(
+        handle=row.handle,
+        cart_handle=row.cart_handle,
+        status=row.status,
+        line_count=row.line_count,
+        item_count=int(row.item_count),
+        total_cents=row.total_cents,
+        currency=row.currency,
+        placed_at=row.placed_at,
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,7 +131,8 @@ class _CartSnapshot:
     cart_id: int
     version: int
     status: CartStatus
-    lines: list[_PricedLine]
+    lines: list[PricedLine]
+    currency: str
     order: OrderReceipt | None
     order_nonce: str | None
 
@@ -137,9 +142,8 @@ class _CartSnapshot:
             version=self.version,
             line_count=len(self.lines),
             item_count=sum(line.quantity for line in self.lines),
-            total_cents=sum(line.quantity * line.unit_price_cents for line in self.lines),
-            # cart_set_item keeps one currency per cart, so the first line speaks for all.
-            currency=self.lines[0].currency if self.lines else "",
+            total_cents=sum(line.line_total_cents for line in self.lines),
+            currency=self.currency,
         )
 
 
@@ -153,22 +157,14 @@ _SNAPSHOT = (
         _cart.c.id,
         _cart.c.version,
         _cart.c.status,
-        _item.c.sku,
-        _product.c.name,
-        _item.c.quantity,
-        _product.c.unit_price_cents,
-        _product.c.currency,
+        *PRICED_LINE_COLUMNS,
         _order.c.handle.label("order_handle"),
         _order.c.checkout_nonce,
         _order.c.total_cents.label("order_total_cents"),
         _order.c.currency.label("order_currency"),
         _order.c.status.label("order_status"),
     )
-    .select_from(
-        _cart.outerjoin(_item, _item.c.cart_id == _cart.c.id)
-        .outerjoin(_product, _product.c.sku == _item.c.sku)
-        .outerjoin(_order, _order.c.cart_id == _cart.c.id)
-    )
+    .select_from(CART_LINES.outerjoin(_order, _order.c.cart_id == _cart.c.id))
     .where(_cart.c.handle == bindparam("p_cart"), _OWNS_CART)
     .order_by(_item.c.sku)
 )
@@ -255,13 +251,13 @@ _VIEW = (
         _line.c.unit_price_cents,
     )
     .select_from(_order.outerjoin(_line, _line.c.order_id == _order.c.id))
-    .where(_order.c.handle == bindparam("p_order"), _OWNS_ORDER)
+    .where(_order.c.handle == bindparam("p_handle"), _OWNS_ORDER)
     .order_by(_line.c.sku)
 )
 
 # One page of the principal's orders (keyset on the index (iss, sub, placed_at, handle)), then the line
 # counts of just those orders.
-_PAGE, _PAGE_AFTER = keyset_pages(
+_LIST = keyset_list(
     select(
         _order.c.id,
         _order.c.handle,
@@ -270,41 +266,12 @@ _PAGE, _PAGE_AFTER = keyset_pages(
         _order.c.total_cents,
         _order.c.currency,
         _order.c.placed_at,
-    )
-    .where(_OWNS_ORDER),
-    _order.c.placed_at,
-    _order.c.handle,
+    ).where(_OWNS_ORDER),
+    row_id=_order.c.id,
+    at=_order.c.placed_at,
+    handle=_order.c.handle,
+    totals=lambda order_id: select(*line_counts(_line.c.sku, _line.c.quantity)).where(_line.c.order_id == order_id),
 )
-
-
-def _list_of(page: Select[Any]) -> Select[Any]:
-    listed = page.cte("listed")
-    counts = (
-        select(
-            func.count(_line.c.sku).label("line_count"),
-            func.coalesce(func.sum(_line.c.quantity), 0).label("item_count"),
-        )
-        .where(_line.c.order_id == listed.c.id)
-        .lateral("counts")
-    )
-    return (
-        select(
-            listed.c.handle,
-            listed.c.cart_handle,
-            listed.c.status,
-            counts.c.line_count,
-            counts.c.item_count,
-            listed.c.total_cents,
-            listed.c.currency,
-            listed.c.placed_at,
-        )
-        .select_from(listed.join(counts, true()))
-        .order_by(listed.c.placed_at.desc(), listed.c.handle.desc())
-    )
-
-
-_LIST = _list_of(_PAGE)
-_LIST_AFTER = _list_of(_PAGE_AFTER)
 
 
 def _already_checked_out(order_handle: str | None) -> Conflict:
@@ -342,17 +309,9 @@ class OrderRepository:
             cart_id=first.id,
             version=first.version,
             status=first.status,
-            lines=[
-                _PricedLine(
-                    sku=row.sku,
-                    name=row.name,
-                    quantity=row.quantity,
-                    unit_price_cents=row.unit_price_cents,
-                    currency=row.currency,
-                )
-                for row in rows
-                if row.sku is not None
-            ],
+            lines=priced_lines(rows),
+            # cart_set_item keeps one currency per cart, so the first line's speaks for all ("": no lines).
+            currency=next((row.currency for row in rows if row.currency is not None), ""),
             order=order,
             order_nonce=first.checkout_nonce,
         )
@@ -464,17 +423,9 @@ class OrderRepository:
         Raises:
             NotFound: the handle names no order of this principal.
         """
-        if not is_well_formed(handle, ORDER_PREFIX):
-            raise NotFound("order", handle)
-        rows = (await self._conn.execute(_VIEW, {"p_order": handle, **principal_params(principal)})).all()
-        if not rows:
-            raise NotFound("order", handle)
+        rows = await owned_rows(self._conn, _VIEW, principal, kind="order", prefix=ORDER_PREFIX, handle=handle)
         first = rows[0]
-        lines = [
-            PricedLine(sku=row.sku, name=row.name, quantity=row.quantity, unit_price_cents=row.unit_price_cents)
-            for row in rows
-            if row.sku is not None
-        ]
+        lines = priced_lines(rows)
         return OrderView(
             handle=handle,
             cart_handle=first.cart_handle,
@@ -493,27 +444,7 @@ class OrderRepository:
 
         ``after`` is the ``next`` position of the previous page; the cost depends on ``limit`` only.
         """
-        params: dict[str, object] = {**principal_params(principal), "p_limit": limit + 1}
-        if after is None:
-            result = await self._conn.execute(_LIST, params)
-        else:
-            result = await self._conn.execute(
-                _LIST_AFTER, {**params, "p_after_at": after.at, "p_after_handle": after.handle}
-            )
-        rows = [
-            OrderSummary(
-                handle=row.handle,
-                cart_handle=row.cart_handle,
-                status=row.status,
-                line_count=row.line_count,
-                item_count=int(row.item_count),
-                total_cents=row.total_cents,
-                currency=row.currency,
-                placed_at=row.placed_at,
-            )
-            for row in result
-        ]
-        return page_of(rows, limit, lambda order: Position(at=order.placed_at, handle=order.handle))
+        return await _LIST.page(self._conn, principal, limit=limit, after=after, item=_summary)
 
 
 def _check_nonce(nonce: str) -> None:

@@ -13,7 +13,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Generic, TypeVar
 
-from sqlalchemy import ColumnElement, Select, bindparam, tuple_
+from sqlalchemy import Column, ColumnElement, Row, Select, bindparam, select, true, tuple_
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from store.principal import Principal
+from store.scoping import principal_params
 
 T = TypeVar("T")
 
@@ -51,14 +55,63 @@ def check_page_size(limit: int) -> int:
     return limit
 
 
-def keyset_pages(
-    page: Select[Any], at: ColumnElement[Any], handle: ColumnElement[Any]
-) -> tuple[Select[Any], Select[Any]]:
-    """The first page of ``page`` and the page after a position: newest first by ``(at, handle)``.
+@dataclass(frozen=True, slots=True)
+class KeysetList:
+    """A principal's newest-first list as two statements: its first page, and the page after a position.
 
-    ``page`` is the owner-scoped select of the list's columns; the limit binds ``p_limit`` and the
-    position ``p_after_at`` / ``p_after_handle``.
+    Both bind the principal (``p_iss`` / ``p_sub``), ``p_limit`` and, for ``after``, ``p_after_at`` /
+    ``p_after_handle``; :meth:`page` binds them. Each row has a ``handle`` and the timestamp ``at_key``.
     """
-    first = page.order_by(at.desc(), handle.desc()).limit(bindparam("p_limit"))
-    after = first.where(tuple_(at, handle) < tuple_(bindparam("p_after_at"), bindparam("p_after_handle")))
-    return first, after
+
+    first: Select[Any]
+    after: Select[Any]
+    at_key: str
+
+    async def page(
+        self,
+        conn: AsyncConnection,
+        principal: Principal,
+        *,
+        limit: int,
+        after: Position | None,
+        item: Callable[[Row[*tuple[Any, ...]]], T],
+    ) -> Page[T]:
+        """The page of ``limit`` items after ``after`` (``None``: the first page), each made by ``item``. One query."""
+        params: dict[str, object] = {**principal_params(principal), "p_limit": limit + 1}
+        if after is None:
+            result = await conn.execute(self.first, params)
+        else:
+            result = await conn.execute(self.after, {**params, "p_after_at": after.at, "p_after_handle": after.handle})
+        rows = page_of(result.all(), limit, lambda row: Position(at=row._mapping[self.at_key], handle=row.handle))
+        return Page(items=[item(row) for row in rows.items], next=rows.next)
+
+
+def keyset_list(
+    page: Select[Any],
+    *,
+    row_id: Column[Any],
+    at: Column[Any],
+    handle: Column[Any],
+    totals: Callable[[ColumnElement[Any]], Select[Any]],
+) -> KeysetList:
+    """The newest-first list of ``page``'s rows by ``(at, handle)``, each with its ``totals``.
+
+    ``page`` is the owner-scoped select of the list's columns, ``row_id`` among them. The keyset page is
+    cut first (one index range of ``limit + 1`` entries), then ``totals(id)``, an aggregate over one row's
+    lines correlated on its id, runs for just those rows. Rows carry ``page``'s columns except ``row_id``,
+    then the columns of ``totals``.
+    """
+    ordered = page.order_by(at.desc(), handle.desc()).limit(bindparam("p_limit"))
+    after = ordered.where(tuple_(at, handle) < tuple_(bindparam("p_after_at"), bindparam("p_after_handle")))
+
+    def with_totals(rows: Select[Any]) -> Select[Any]:
+        listed = rows.cte("listed")
+        per_row = totals(listed.c[row_id.key]).lateral("totals")
+        shown = [column for column in listed.c if column.key != row_id.key]
+        return (
+            select(*shown, *per_row.c)
+            .select_from(listed.join(per_row, true()))
+            .order_by(listed.c[at.key].desc(), listed.c[handle.key].desc())
+        )
+
+    return KeysetList(first=with_totals(ordered), after=with_totals(after), at_key=at.key)

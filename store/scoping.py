@@ -1,12 +1,19 @@
 """Every query names its principal: the one filter and the one set of bind parameters for it.
 
 Statements are built once at import with :func:`owned_by`; each call binds
-:func:`principal_params`. Keeping both here means no repository can spell the scope differently.
+:func:`principal_params`. Keeping both here means no repository can spell the scope differently,
+nor tell a malformed, an unknown and someone else's handle apart (:func:`owned_rows`).
 """
 
-from sqlalchemy import Table, and_, bindparam
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import Executable, Row, Table, and_, bindparam
+from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql.elements import ColumnElement
 
+from store.errors import NotFound
+from store.handles import is_well_formed
 from store.principal import Principal
 
 
@@ -18,3 +25,19 @@ def owned_by(table: Table) -> ColumnElement[bool]:
 def principal_params(principal: Principal) -> dict[str, str]:
     """The bind values for :func:`owned_by` and for ``principal_iss``/``principal_sub`` columns on insert."""
     return {"p_iss": principal.issuer, "p_sub": principal.subject}
+
+
+async def owned_rows(
+    conn: AsyncConnection, stmt: Executable, principal: Principal, *, kind: str, prefix: str, handle: str
+) -> Sequence[Row[*tuple[Any, ...]]]:
+    """The rows ``stmt`` reads for the principal's ``kind`` behind ``handle`` (bound as ``p_handle``). One query.
+
+    Raises:
+        NotFound: ``handle`` is malformed (no query is made), unknown, or someone else's: one outcome for all.
+    """
+    if not is_well_formed(handle, prefix):
+        raise NotFound(kind, handle)
+    rows = (await conn.execute(stmt, {"p_handle": handle, **principal_params(principal)})).all()
+    if not rows:
+        raise NotFound(kind, handle)
+    return rows

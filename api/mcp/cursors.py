@@ -2,9 +2,9 @@
 
 A cursor carries the position where a page ended (``store.paging.Position``: the last row's timestamp
 and handle, both already shown to the caller) plus a 128-bit HMAC-SHA256 tag over that position, the
-list's name and the caller's ``(issuer, subject)``. The key is derived with HKDF from each
-``REQUEST_STATE_KEYS`` secret (its own info string, so it is not the requestState key); the first key
-tags, every key verifies, so rotating the ring keeps cursors valid on every instance.
+list's name and the caller's ``(issuer, subject)``. The key is derived from each ``REQUEST_STATE_KEYS``
+secret by :func:`store.crypto.derive_key` under its own info string (so it is not the requestState key);
+the first key tags, every key verifies, so rotating the ring keeps cursors valid on every instance.
 
 A cursor from another user, for another list, tampered with, or not a cursor at all fails the same
 check and is refused with the same tool error: it never pages through anybody's data but the caller's.
@@ -19,10 +19,9 @@ import json
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 
-from cryptography.hazmat.primitives.hashes import SHA256
-from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from mcp.server.mcpserver.exceptions import ToolError
 
+from store.crypto import derive_key
 from store.paging import Position
 from store.principal import Principal
 
@@ -54,7 +53,7 @@ class CursorSigner:
     def __init__(self, ring: Sequence[bytes]) -> None:
         if not ring:
             raise ValueError("a cursor key ring needs at least one key")
-        self._keys = [HKDF(algorithm=SHA256(), length=32, salt=None, info=_KDF_INFO).derive(key) for key in ring]
+        self._keys = [derive_key(key, _KDF_INFO) for key in ring]
 
     def __repr__(self) -> str:
         return f"CursorSigner(<{len(self._keys)} keys>)"

@@ -1,7 +1,7 @@
 """What every multi-round tool checks before it asks the user anything (MCP 2026-07-28 MRTR).
 
 The SDK capability-checks only ``Resolve``-driven questions; a hand-rolled ``InputRequiredResult``
-is sent as is. So a tool that builds one calls these first:
+is sent as is. So a tool that builds one calls :func:`require_input_rounds` first:
 
 * a 2025-11-25 request cannot receive ``input_required`` (the SDK would answer -32603) and the
   stateless legacy leg has no channel for a pushed ``elicitation/create``: a tool error it can show;
@@ -30,11 +30,23 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 MULTI_ROUND_TRIP_VERSION = "2026-07-28"
 
 
-def require_multi_round_trip(ctx: Context[Any, Any], *, tool: str, needs: str, nothing_done: str) -> None:
-    """Refuse a client older than 2026-07-28 with a tool error that says why and what happened.
+def require_input_rounds(
+    ctx: Context[Any, Any], mode: Literal["form", "url"], *, tool: str, needs: str, nothing_done: str
+) -> None:
+    """Refuse a client that cannot be asked anything in ``mode``: first the protocol version, then the capability.
 
-    ``needs`` completes "… which needs an MCP client that speaks protocol 2026-07-28 (``needs``)".
+    ``needs`` completes "``tool`` needs an MCP client that speaks protocol 2026-07-28 (``needs``)";
+    ``nothing_done`` tells the user what the refused call left as it was.
+
+    Raises:
+        ToolError: the client speaks a protocol older than 2026-07-28.
+        MCPError: -32021, the client did not declare elicitation in ``mode``.
     """
+    _require_multi_round_trip(ctx, tool=tool, needs=needs, nothing_done=nothing_done)
+    _require_elicitation(ctx, mode, tool=tool)
+
+
+def _require_multi_round_trip(ctx: Context[Any, Any], *, tool: str, needs: str, nothing_done: str) -> None:
     version = ctx.protocol_version
     if version is None or not is_version_at_least(version, MULTI_ROUND_TRIP_VERSION):
         raise ToolError(
@@ -43,11 +55,8 @@ def require_multi_round_trip(ctx: Context[Any, Any], *, tool: str, needs: str, n
         )
 
 
-def require_elicitation(ctx: Context[Any, Any], mode: Literal["form", "url"], *, tool: str) -> None:
-    """Raise -32021 unless the client declared elicitation in ``mode``.
-
-    A bare ``elicitation: {}`` declares form mode only; URL mode must be named.
-    """
+def _require_elicitation(ctx: Context[Any, Any], mode: Literal["form", "url"], *, tool: str) -> None:
+    # A bare ``elicitation: {}`` declares form mode only; URL mode must be named.
     capabilities = ctx.client_capabilities
     elicitation = capabilities.elicitation if capabilities is not None else None
     if elicitation is not None:

@@ -11,6 +11,7 @@ from api.auth import current_principal
 from api.mcp.arguments import INT32_MAX, CartId, Cursor, IdempotencyKey, PageSize, SearchQuery, Sku
 from api.mcp.errors import tool_errors
 from api.mcp.lifespan import ToolContext, ToolDeps, deps
+from api.mcp.listing import list_page
 from api.mcp.results import compact
 from api.mcp.schemas import (
     CartCreated,
@@ -103,13 +104,8 @@ async def cart_list(
     ctx: ToolContext, limit: PageSize = DEFAULT_PAGE_SIZE, cursor: Cursor | None = None
 ) -> Annotated[CallToolResult, CartListOut]:
     """One page of the caller's carts, newest first."""
-    tools, principal = deps(ctx), current_principal()
-    after = None if cursor is None else tools.cursors.open("cart_list", principal, cursor)
-    async with tools.database.one_statement() as conn:
-        page = await CartRepository(conn).list(principal, limit=limit, after=after)
-    next_cursor = None if page.next is None else tools.cursors.seal("cart_list", principal, page.next)
-    carts = [CartSummaryOut.model_validate(cart) for cart in page.items]
-    return compact(CartListOut(carts=carts, next_cursor=next_cursor))
+    carts, next_cursor = await list_page(ctx, "cart_list", CartRepository, limit=limit, cursor=cursor)
+    return compact(CartListOut(carts=[CartSummaryOut.model_validate(cart) for cart in carts], next_cursor=next_cursor))
 
 
 @tool_errors

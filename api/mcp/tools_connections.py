@@ -28,7 +28,7 @@ from api.mcp.arguments import NO_CONTROL_CHARACTERS
 from api.mcp.errors import provider_step, tool_errors
 from api.mcp.lifespan import ToolContext, ToolDeps, deps
 from api.mcp.results import compact
-from api.mcp.rounds import RequestState, require_elicitation, require_multi_round_trip
+from api.mcp.rounds import RequestState, require_input_rounds
 from api.mcp.schemas import ConnectionListOut, ConnectionOut, DisconnectOut, WhoamiOut
 from api.oauth.client import Unauthorized
 from api.oauth.providers import ProviderConfig
@@ -168,13 +168,13 @@ async def connection_whoami(
             await connections.mark_needs_reauth(principal, config, "token_rejected")
         else:
             return compact(WhoamiOut(provider=config.name, profile=profile))
-    require_multi_round_trip(
+    require_input_rounds(
         ctx,
+        "url",
         tool="connection_whoami",
         needs="URL-mode elicitation, to send you to a web page to connect the account",
         nothing_done="Nothing was connected.",
     )
-    require_elicitation(ctx, "url", tool="connection_whoami")
     flow = await connections.flow_for(principal, config)
     logger.info("connection to %s requested; sending a connect link", config.name)
     return _ask_to_connect(connections, config, flow, again=False)

@@ -39,8 +39,9 @@ from api.auth import current_principal
 from api.mcp.arguments import CartId, Cursor, OrderId, PageSize
 from api.mcp.errors import tool_errors
 from api.mcp.lifespan import ToolContext, ToolDeps, deps
+from api.mcp.listing import list_page
 from api.mcp.results import compact
-from api.mcp.rounds import RequestState, require_elicitation, require_multi_round_trip
+from api.mcp.rounds import RequestState, require_input_rounds
 from api.mcp.schemas import CheckoutOut, OrderListOut, OrderOut, OrderSummaryOut
 from store.orders import MAX_NONCE_LENGTH, CheckoutQuote, OrderReceipt, OrderRepository
 from store.paging import DEFAULT_PAGE_SIZE
@@ -160,13 +161,13 @@ async def cart_checkout(
     cart_id: CartId, ctx: ToolContext
 ) -> Annotated[CallToolResult, CheckoutOut] | InputRequiredResult:
     """Round 1 asks the user to confirm the priced cart; round 2 places the order on consent."""
-    require_multi_round_trip(
+    require_input_rounds(
         ctx,
+        "form",
         tool="cart_checkout",
         needs="it asks the user to confirm the order with a multi round-trip request",
         nothing_done="Nothing was ordered and the cart is unchanged.",
     )
-    require_elicitation(ctx, "form", tool="cart_checkout")
     database, principal = deps(ctx).database, current_principal()
     state = ConfirmationState.load(ctx.request_state)
     if state is not None and state.cart != cart_id:  # the SDK binds arguments too; this is belt and braces
@@ -210,13 +211,9 @@ async def order_list(
     ctx: ToolContext, limit: PageSize = DEFAULT_PAGE_SIZE, cursor: Cursor | None = None
 ) -> Annotated[CallToolResult, OrderListOut]:
     """One page of the caller's orders, newest first."""
-    tools, principal = deps(ctx), current_principal()
-    after = None if cursor is None else tools.cursors.open("order_list", principal, cursor)
-    async with tools.database.one_statement() as conn:
-        page = await OrderRepository(conn).list(principal, limit=limit, after=after)
-    next_cursor = None if page.next is None else tools.cursors.seal("order_list", principal, page.next)
-    orders = [OrderSummaryOut.model_validate(order) for order in page.items]
-    return compact(OrderListOut(orders=orders, next_cursor=next_cursor))
+    orders, next_cursor = await list_page(ctx, "order_list", OrderRepository, limit=limit, cursor=cursor)
+    summaries = [OrderSummaryOut.model_validate(order) for order in orders]
+    return compact(OrderListOut(orders=summaries, next_cursor=next_cursor))
 
 
 def register_order_tools(mcp: MCPServer[ToolDeps]) -> None:

@@ -29,6 +29,7 @@ import re
 from typing import Annotated, Any
 
 from litestar import Request, Response, get
+from litestar.datastructures import Cookie
 from litestar.handlers import HTTPRouteHandler
 from litestar.params import PathParameter, QueryParameter
 
@@ -57,6 +58,12 @@ def _error_code(value: str) -> str:
     return value if _ERROR_CODE.fullmatch(value) else "provider_error"
 
 
+def _clearing(response: Response[str], cookie: Cookie) -> Response[str]:
+    """``response``, also clearing ``cookie`` (a login that ended, a session that must not be reused)."""
+    response.set_cookie(cookie)
+    return response
+
+
 def browser_routes(connections: Connections, login: OidcLogin, jar: CookieJar) -> list[HTTPRouteHandler]:
     """The three browser routes, closed over the instance's services (no globals)."""
     registry = connections.registry
@@ -83,9 +90,7 @@ def browser_routes(connections: Connections, login: OidcLogin, jar: CookieJar) -
         if found.principal != browser_user:
             await connections.record_mismatch(found, browser_user, "connect_page")
             logger.warning("connect link opened by another user than its owner; refused")
-            refused = pages.wrong_user()
-            refused.set_cookie(jar.clear(SESSION))  # so the rightful user can sign in on this browser
-            return refused
+            return _clearing(pages.wrong_user(), jar.clear(SESSION))  # so the rightful user can sign in here
         provider = registry.get(found.provider)
         if found.status != "pending" or provider is None:
             return pages.not_found()
@@ -108,23 +113,20 @@ def browser_routes(connections: Connections, login: OidcLogin, jar: CookieJar) -
     ) -> Response[str]:
         pending = jar.read_login(request.cookies)
         if pending is None or not oauth_state or not hmac.compare_digest(oauth_state.encode(), pending.state.encode()):
-            response = pages.bad_callback(
-                "This sign-in response does not belong to a sign-in started in this browser, or it expired."
+            return _clearing(
+                pages.bad_callback(
+                    "This sign-in response does not belong to a sign-in started in this browser, or it expired."
+                ),
+                jar.clear(LOGIN),
             )
-            response.set_cookie(jar.clear(LOGIN))
-            return response
         if error or not code or (iss is not None and iss != login.issuer):
             logger.info("browser sign-in did not complete: %s", _error_code(error) if error else "no code or bad iss")
-            response = pages.login_failed()
-            response.set_cookie(jar.clear(LOGIN))
-            return response
+            return _clearing(pages.login_failed(), jar.clear(LOGIN))
         try:
             session = await login.complete(code=code, code_verifier=pending.code_verifier, nonce=pending.nonce)
         except LoginFailed as exc:
             logger.info("browser sign-in failed: %s", exc)
-            response = pages.login_failed()
-            response.set_cookie(jar.clear(LOGIN))
-            return response
+            return _clearing(pages.login_failed(), jar.clear(LOGIN))
         return pages.redirect(
             f"{connections.public_url}/connect/{pending.flow}",
             cookies=[jar.session_cookie(session), jar.clear(LOGIN)],
@@ -149,13 +151,11 @@ def browser_routes(connections: Connections, login: OidcLogin, jar: CookieJar) -
         session = jar.read_session(request.cookies)
         browser_user = Principal(issuer=session.issuer, subject=session.subject) if session else None
         if browser_user != pending.principal:
-            if browser_user is not None:
-                await connections.record_mismatch(pending, browser_user, "callback")
             logger.warning("provider callback from a browser that is not the flow owner's; refused, state kept")
-            refused = pages.wrong_user()
-            if browser_user is not None:
-                refused.set_cookie(jar.clear(SESSION))  # so the rightful user can sign in on this browser
-            return refused
+            if browser_user is None:
+                return pages.wrong_user()
+            await connections.record_mismatch(pending, browser_user, "callback")
+            return _clearing(pages.wrong_user(), jar.clear(SESSION))  # so the rightful user can sign in here
         try:
             consumed = await connections.consume(oauth_state)
         except DecryptError:

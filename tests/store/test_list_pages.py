@@ -11,9 +11,10 @@ from collections.abc import Callable, Iterator
 import pytest
 from sqlalchemy import text
 
-from store.carts import _LIST, _LIST_AFTER, CartRepository
+from store.carts import _LIST as _CARTS
+from store.carts import CartRepository
 from store.db import Database
-from store.orders import _LIST_AFTER as _ORDERS_AFTER
+from store.orders import _LIST as _ORDERS
 from store.orders import OrderReceipt, OrderRepository
 from store.paging import Position
 from store.principal import Principal
@@ -152,13 +153,13 @@ async def test_a_page_costs_the_same_at_the_start_and_deep_in_the_list_whatever_
                 deep_after = (await repo.list(heavy, limit=50, after=deep_after or first.next)).next
             assert deep_after is not None
             params = {"p_iss": heavy.issuer, "p_sub": heavy.subject, "p_limit": 51}
-            at_start = await explain(conn, _LIST, params)
+            at_start = await explain(conn, _CARTS.first, params)
             deep = await explain(
-                conn, _LIST_AFTER, {**params, "p_after_at": deep_after.at, "p_after_handle": deep_after.handle}
+                conn, _CARTS.after, {**params, "p_after_at": deep_after.at, "p_after_handle": deep_after.handle}
             )
             orders_deep = await explain(
                 conn,
-                _ORDERS_AFTER,
+                _ORDERS.after,
                 {**params, "p_after_at": deep_after.at, "p_after_handle": "ord_" + "z" * 32},
             )
     finally:

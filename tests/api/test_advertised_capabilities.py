@@ -1,34 +1,31 @@
-"""Honest discovery, on the wire: ``server/discover`` and the legacy ``initialize`` advertise only what
-Coatcheck has (tools), and the methods of capabilities it lacks are ``-32601 Method not found``."""
+"""Honest discovery: ``server/discover`` and the legacy ``initialize`` advertise only what Coatcheck has
+(tools), and the methods of capabilities it lacks are ``-32601 Method not found``.
+
+Raw JSON-RPC requests, so nothing the SDK client would fill in or hide stands between the test and the
+answer; they go to the app built in-process by ``create_app``, which is what decides the answer.
+"""
 
 import uuid
-from collections.abc import Iterator
 
 import httpx2
 import pytest
 
 from tests.support.devidp import DevIdP
-from tests.support.server import RunningServer
-from tests.support.wire import post, response_message
+from tests.support.inprocess import InProcessApp
+from tests.support.wire import post_async, response_message
 
 METHOD_NOT_FOUND = -32601
 
 
 @pytest.fixture
-def http() -> Iterator[httpx2.Client]:
-    with httpx2.Client(timeout=30) as client:
-        yield client
+async def token(devidp: DevIdP, app: InProcessApp) -> str:
+    return await devidp.token(f"caps-{uuid.uuid4().hex[:8]}", resource=app.mcp_url)
 
 
-@pytest.fixture
-async def token(devidp: DevIdP, server: RunningServer) -> str:
-    return await devidp.token(f"caps-{uuid.uuid4().hex[:8]}", resource=server.mcp_url)
-
-
-def test_server_discover_advertises_tools_and_no_prompts_or_resources(
-    http: httpx2.Client, server: RunningServer, token: str
+async def test_server_discover_advertises_tools_and_no_prompts_or_resources(
+    app_http: httpx2.AsyncClient, app: InProcessApp, token: str
 ) -> None:
-    response = post(http, server.mcp_url, "server/discover", token=token)
+    response = await post_async(app_http, app.mcp_url, "server/discover", token=token)
     assert response.status_code == 200, response.text
     capabilities = response_message(response)["result"]["capabilities"]
     assert "tools" in capabilities
@@ -37,11 +34,11 @@ def test_server_discover_advertises_tools_and_no_prompts_or_resources(
     assert "completions" not in capabilities
 
 
-def test_the_legacy_initialize_advertises_tools_and_no_prompts_or_resources(
-    http: httpx2.Client, server: RunningServer, token: str
+async def test_the_legacy_initialize_advertises_tools_and_no_prompts_or_resources(
+    app_http: httpx2.AsyncClient, app: InProcessApp, token: str
 ) -> None:
-    response = http.post(
-        server.mcp_url,
+    response = await app_http.post(
+        app.mcp_url,
         headers={
             "Accept": "application/json, text/event-stream",
             "Content-Type": "application/json",
@@ -75,11 +72,11 @@ def test_the_legacy_initialize_advertises_tools_and_no_prompts_or_resources(
         ("resources/read", {"uri": "x:y"}),
     ],
 )
-def test_methods_of_capabilities_not_advertised_are_not_found(
-    http: httpx2.Client, server: RunningServer, token: str, method: str, params: dict[str, str]
+async def test_methods_of_capabilities_not_advertised_are_not_found(
+    app_http: httpx2.AsyncClient, app: InProcessApp, token: str, method: str, params: dict[str, str]
 ) -> None:
     # resources/read routes on its uri (Mcp-Name), like tools/call on the tool name.
     headers = {"Mcp-Name": params["uri"]} if "uri" in params else None
-    response = post(http, server.mcp_url, method, params, token=token, extra_headers=headers)
+    response = await post_async(app_http, app.mcp_url, method, params, token=token, extra_headers=headers)
     error = response_message(response)["error"]
     assert error["code"] == METHOD_NOT_FOUND, error

@@ -1,28 +1,62 @@
-"""Health endpoints: /healthz says the process is up, /readyz whether the database answers in time."""
+"""Health endpoints: /healthz says the process is up, /readyz whether the database answers in time.
 
+The answers and the readiness deadline are the app's, so the test builds the app in-process by
+``create_app`` from settings naming a database that does not answer; its lifespan starting regardless is
+part of what it shows. (The drain on shutdown is a process matter: tests/api/test_draining.py.)
+"""
+
+import asyncio
+import contextlib
 import time
+from collections.abc import AsyncIterator
 
-import httpx2
+import pytest
 
-from tests.support.server import run_server
+from tests.support.inprocess import settings_from, started_app
 from tests.support.waiting import free_port
 
+READYZ_TIMEOUT = 1.0
 
-def test_readyz_reports_503_within_its_timeout_when_the_database_is_unreachable(
-    server_env: dict[str, str],
+
+@contextlib.asynccontextmanager
+async def _unanswering_database(kind: str) -> AsyncIterator[int]:
+    """A port where the database is unreachable: nothing listens ("refused"), or a listener that never speaks."""
+    if kind == "refused":
+        yield free_port()
+        return
+    hang_up = asyncio.Event()
+
+    async def say_nothing(_: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await hang_up.wait()
+        writer.close()
+
+    listener = await asyncio.start_server(say_nothing, "127.0.0.1", 0)
+    try:
+        yield listener.sockets[0].getsockname()[1]
+    finally:
+        hang_up.set()
+        listener.close()
+        await listener.wait_closed()
+
+
+@pytest.mark.parametrize("kind", ["refused", "silent"])
+async def test_readyz_reports_503_within_its_timeout_when_the_database_is_unreachable(
+    server_env: dict[str, str], kind: str
 ) -> None:
-    closed_port = free_port()  # nothing listens here
-    env = {
-        **server_env,
-        "DATABASE_URL": f"postgresql://postgres@127.0.0.1:{closed_port}/nowhere",
-        "READYZ_TIMEOUT_SECONDS": "1",
-    }
-    with run_server(env) as server:
-        assert httpx2.get(f"{server.base_url}/healthz", timeout=5).json() == {"status": "ok"}
-        started = time.monotonic()
-        response = httpx2.get(f"{server.base_url}/readyz", timeout=10)
-        elapsed = time.monotonic() - started
+    async with _unanswering_database(kind) as port:
+        env = {
+            **server_env,
+            "DATABASE_URL": f"postgresql://postgres@127.0.0.1:{port}/nowhere",
+            "READYZ_TIMEOUT_SECONDS": str(READYZ_TIMEOUT),
+        }
+        async with started_app(settings_from(env)) as app, app.http(timeout=10) as http:
+            assert (await http.get("/healthz")).json() == {"status": "ok"}
+            started = time.monotonic()
+            response = await http.get("/readyz")
+            elapsed = time.monotonic() - started
     assert response.status_code == 503
     assert response.json() == {"status": "database unreachable"}
-    assert elapsed < 5
+    assert elapsed < READYZ_TIMEOUT + 4  # a loaded machine is slow, a missing deadline is 10 s of client timeout
+    if kind == "silent":
+        assert elapsed >= READYZ_TIMEOUT * 0.9  # it waited for the deadline, not for the connect to fail
     assert "nowhere" not in response.text

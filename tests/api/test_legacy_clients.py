@@ -8,11 +8,16 @@ ever minted and nothing waits on a channel that does not exist.
 
 ``LEGACY_CLIENTS=reject``: every handshake-era request gets HTTP 400 with a JSON-RPC error naming
 the supported version; 2026-07-28 clients are unaffected.
+
+Which lane a request takes, and what it is answered, is the app's decision, so every test here talks to
+the app built in-process by ``create_app`` (raw requests through ``app_http``, SDK clients through the same
+ASGI transport); the reject mode is a second in-process app built from the same settings plus
+``LEGACY_CLIENTS=reject``.
 """
 
 import contextlib
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -20,13 +25,11 @@ import anyio
 import httpx2
 import pytest
 from mcp import Client, MCPError
-from mcp.client.streamable_http import streamable_http_client
 
 from tests.support.devidp import DevIdP
+from tests.support.inprocess import InProcessApp, settings_from, started_app
 from tests.support.mcp_client import text_of
-from tests.support.server import RunningServer, run_server
-from tests.support.waiting import free_port
-from tests.support.wire import PROTOCOL_VERSION, modern_request, post, response_message
+from tests.support.wire import PROTOCOL_VERSION, modern_request, post_async, response_message
 
 LEGACY_VERSION = "2025-11-25"
 CALL_BOUND = 15.0  # every legacy exchange must finish well within this
@@ -55,33 +58,25 @@ def _legacy_headers(token: str | None, *, version: str | None = LEGACY_VERSION) 
 
 
 @asynccontextmanager
-async def _legacy_client(url: str, token: str, **options: Any) -> AsyncIterator[Client]:
-    http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=httpx2.Timeout(CALL_BOUND))
-    async with http, Client(streamable_http_client(url, http_client=http), mode="legacy", **options) as client:
+async def _legacy_client(app: InProcessApp, token: str, **options: Any) -> AsyncIterator[Client]:
+    """The official SDK client in its handshake-era (2025-11-25) mode, to ``app``."""
+    async with app.mcp_client(token, mode="legacy", **options) as client:
         yield client
 
 
-@pytest.fixture
-def http() -> Iterator[httpx2.Client]:
-    with httpx2.Client(timeout=CALL_BOUND) as client:
-        yield client
-
-
-async def _token(devidp: DevIdP, server: RunningServer) -> str:
-    return await devidp.token(f"legacy-{uuid.uuid4().hex[:8]}", resource=server.mcp_url)
+async def _token(devidp: DevIdP, app: InProcessApp) -> str:
+    return await devidp.token(f"legacy-{uuid.uuid4().hex[:8]}", resource=app.mcp_url)
 
 
 @pytest.fixture
-async def token(devidp: DevIdP, server: RunningServer) -> str:
-    return await _token(devidp, server)
+async def token(devidp: DevIdP, app: InProcessApp) -> str:
+    return await _token(devidp, app)
 
 
-async def test_a_2025_11_25_client_uses_every_cart_tool_on_the_same_endpoint(
-    server: RunningServer, devidp: DevIdP
-) -> None:
-    token = await _token(devidp, server)
+async def test_a_2025_11_25_client_uses_every_cart_tool_on_the_same_endpoint(app: InProcessApp, devidp: DevIdP) -> None:
+    token = await _token(devidp, app)
     with anyio.fail_after(60):
-        async with _legacy_client(server.mcp_url, token) as client:
+        async with _legacy_client(app, token) as client:
             assert client.protocol_version == LEGACY_VERSION
             names = {tool.name for tool in (await client.list_tools()).tools}
             assert {"catalog_search", "cart_create", "cart_set_item", "cart_view", "cart_list", "cart_delete"} <= names
@@ -105,11 +100,11 @@ async def test_a_2025_11_25_client_uses_every_cart_tool_on_the_same_endpoint(
 
 
 async def test_checkout_tells_a_2025_11_25_client_it_needs_2026_07_28_and_changes_nothing(
-    server: RunningServer, devidp: DevIdP
+    app: InProcessApp, devidp: DevIdP
 ) -> None:
-    token = await _token(devidp, server)
+    token = await _token(devidp, app)
     with anyio.fail_after(60):
-        async with _legacy_client(server.mcp_url, token) as client:
+        async with _legacy_client(app, token) as client:
             names = {tool.name for tool in (await client.list_tools()).tools}
             assert "cart_checkout" in names, sorted(names)
             found = await client.call_tool("catalog_search", {"limit": 1})
@@ -129,10 +124,10 @@ async def test_checkout_tells_a_2025_11_25_client_it_needs_2026_07_28_and_change
             assert viewed.structured_content["status"] == "open"
 
 
-def test_the_legacy_handshake_mints_no_session_and_each_request_stands_alone(
-    http: httpx2.Client, server: RunningServer, token: str
+async def test_the_legacy_handshake_mints_no_session_and_each_request_stands_alone(
+    app_http: httpx2.AsyncClient, app: InProcessApp, token: str
 ) -> None:
-    initialized = http.post(server.mcp_url, headers=_legacy_headers(token, version=None), json=_initialize())
+    initialized = await app_http.post(app.mcp_url, headers=_legacy_headers(token, version=None), json=_initialize())
     assert initialized.status_code == 200
     assert "mcp-session-id" not in initialized.headers
     result = response_message(initialized)["result"]
@@ -141,10 +136,10 @@ def test_the_legacy_handshake_mints_no_session_and_each_request_stands_alone(
 
     # No session to join: the next request works on its own, with or without a made-up session id.
     notification = {"jsonrpc": "2.0", "method": "notifications/initialized"}
-    assert http.post(server.mcp_url, headers=_legacy_headers(token), json=notification).status_code == 202
+    assert (await app_http.post(app.mcp_url, headers=_legacy_headers(token), json=notification)).status_code == 202
     for extra in ({}, {"Mcp-Session-Id": "made-up"}):
-        listed = http.post(
-            server.mcp_url,
+        listed = await app_http.post(
+            app.mcp_url,
             headers={**_legacy_headers(token), **extra},
             json={"jsonrpc": "2.0", "id": 2, "method": "tools/list", "params": {}},
         )
@@ -153,8 +148,10 @@ def test_the_legacy_handshake_mints_no_session_and_each_request_stands_alone(
         assert response_message(listed)["result"]["tools"]
 
 
-def test_legacy_requests_still_need_a_valid_token_when_served(http: httpx2.Client, server: RunningServer) -> None:
-    response = http.post(server.mcp_url, headers=_legacy_headers(None, version=None), json=_initialize())
+async def test_legacy_requests_still_need_a_valid_token_when_served(
+    app_http: httpx2.AsyncClient, app: InProcessApp
+) -> None:
+    response = await app_http.post(app.mcp_url, headers=_legacy_headers(None, version=None), json=_initialize())
     assert response.status_code == 401
     assert "resource_metadata=" in response.headers["www-authenticate"]
 
@@ -163,17 +160,20 @@ def test_legacy_requests_still_need_a_valid_token_when_served(http: httpx2.Clien
 
 
 @pytest.fixture(scope="module")
-def rejecting_server(server_env: dict[str, str]) -> Iterator[RunningServer]:
-    port = free_port()
-    env = {**server_env, "LEGACY_CLIENTS": "reject"}
-    with run_server(env, port=port, public_url=f"http://127.0.0.1:{port}") as running:
-        yield running
+async def rejecting_app(server_env: dict[str, str]) -> AsyncIterator[InProcessApp]:
+    async with started_app(settings_from({**server_env, "LEGACY_CLIENTS": "reject"})) as started:
+        yield started
 
 
 @pytest.fixture
-async def rejecting_token(devidp: DevIdP, rejecting_server: RunningServer) -> str:
-    # Signed by the dev IdP for this server's own resource URL.
-    return await devidp.token("legacy-refused", resource=devidp.resources[0], audience=rejecting_server.mcp_url)
+async def rejecting_http(rejecting_app: InProcessApp) -> AsyncIterator[httpx2.AsyncClient]:
+    async with rejecting_app.http(timeout=CALL_BOUND) as client:
+        yield client
+
+
+@pytest.fixture
+async def rejecting_token(devidp: DevIdP, rejecting_app: InProcessApp) -> str:
+    return await devidp.token("legacy-refused", resource=rejecting_app.mcp_url)
 
 
 def _assert_refused(response: httpx2.Response, request_id: object, requested: str | None) -> None:
@@ -189,42 +189,39 @@ def _assert_refused(response: httpx2.Response, request_id: object, requested: st
         assert body["error"]["data"]["requested"] == requested
 
 
-def test_reject_mode_answers_initialize_with_400_naming_the_supported_version(
-    http: httpx2.Client, rejecting_server: RunningServer, rejecting_token: str
+async def test_reject_mode_answers_initialize_with_400_naming_the_supported_version(
+    rejecting_http: httpx2.AsyncClient, rejecting_app: InProcessApp, rejecting_token: str
 ) -> None:
-    token = rejecting_token
-    response = http.post(rejecting_server.mcp_url, headers=_legacy_headers(token, version=None), json=_initialize(7))
+    headers = _legacy_headers(rejecting_token, version=None)
+    response = await rejecting_http.post(rejecting_app.mcp_url, headers=headers, json=_initialize(7))
     _assert_refused(response, 7, LEGACY_VERSION)
 
 
 @pytest.mark.parametrize("version", ["2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"])
-def test_reject_mode_refuses_every_request_of_a_handshake_era_version(
-    http: httpx2.Client, rejecting_server: RunningServer, rejecting_token: str, version: str
+async def test_reject_mode_refuses_every_request_of_a_handshake_era_version(
+    rejecting_http: httpx2.AsyncClient, rejecting_app: InProcessApp, rejecting_token: str, version: str
 ) -> None:
-    token = rejecting_token
+    headers = _legacy_headers(rejecting_token, version=version)
     call = {"jsonrpc": "2.0", "id": "c-1", "method": "tools/call", "params": {"name": "cart_create", "arguments": {}}}
-    _assert_refused(
-        http.post(rejecting_server.mcp_url, headers=_legacy_headers(token, version=version), json=call), "c-1", version
-    )
+    _assert_refused(await rejecting_http.post(rejecting_app.mcp_url, headers=headers, json=call), "c-1", version)
     notification = {"jsonrpc": "2.0", "method": "notifications/initialized"}
-    _assert_refused(
-        http.post(rejecting_server.mcp_url, headers=_legacy_headers(token, version=version), json=notification),
-        None,
-        version,
-    )
+    _assert_refused(await rejecting_http.post(rejecting_app.mcp_url, headers=headers, json=notification), None, version)
 
 
-def test_reject_mode_refuses_before_authentication(http: httpx2.Client, rejecting_server: RunningServer) -> None:
-    response = http.post(rejecting_server.mcp_url, headers=_legacy_headers(None, version=None), json=_initialize(3))
+async def test_reject_mode_refuses_before_authentication(
+    rejecting_http: httpx2.AsyncClient, rejecting_app: InProcessApp
+) -> None:
+    headers = _legacy_headers(None, version=None)
+    response = await rejecting_http.post(rejecting_app.mcp_url, headers=headers, json=_initialize(3))
     _assert_refused(response, 3, LEGACY_VERSION)
 
 
-def test_reject_mode_answers_a_modern_request_without_its_version_header_with_header_mismatch(
-    http: httpx2.Client, rejecting_server: RunningServer, rejecting_token: str
+async def test_reject_mode_answers_a_modern_request_without_its_version_header_with_header_mismatch(
+    rejecting_http: httpx2.AsyncClient, rejecting_app: InProcessApp, rejecting_token: str
 ) -> None:
-    token = rejecting_token
     headers, body = _modern_request_without_version_header()
-    response = http.post(rejecting_server.mcp_url, headers={**headers, "Authorization": f"Bearer {token}"}, json=body)
+    headers["Authorization"] = f"Bearer {rejecting_token}"
+    response = await rejecting_http.post(rejecting_app.mcp_url, headers=headers, json=body)
     assert response.status_code == 400
     assert response.json()["error"]["code"] == -32020
     assert response.json()["id"] == body["id"]
@@ -236,31 +233,29 @@ def _modern_request_without_version_header() -> tuple[dict[str, str], dict[str, 
     return headers, body
 
 
-def test_reject_mode_still_answers_2026_07_28_requests(
-    http: httpx2.Client, rejecting_server: RunningServer, rejecting_token: str
+async def test_reject_mode_still_answers_2026_07_28_requests(
+    rejecting_http: httpx2.AsyncClient, rejecting_app: InProcessApp, rejecting_token: str
 ) -> None:
-    response = post(http, rejecting_server.mcp_url, "server/discover", token=rejecting_token)
+    response = await post_async(rejecting_http, rejecting_app.mcp_url, "server/discover", token=rejecting_token)
     assert response.status_code == 200
     assert response_message(response)["result"]["supportedVersions"] == [PROTOCOL_VERSION]
 
 
 async def test_reject_mode_still_serves_the_2026_07_28_sdk_client(
-    rejecting_server: RunningServer, rejecting_token: str
+    rejecting_app: InProcessApp, rejecting_token: str
 ) -> None:
-    token = rejecting_token
-    http2 = httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=httpx2.Timeout(CALL_BOUND))
     with anyio.fail_after(30):
-        async with http2, Client(streamable_http_client(rejecting_server.mcp_url, http_client=http2)) as client:
+        async with rejecting_app.mcp_client(rejecting_token) as client:
             assert client.protocol_version == PROTOCOL_VERSION
             created = await client.call_tool("cart_create", {})
             assert not created.is_error
 
 
 async def test_a_legacy_sdk_client_fails_fast_with_the_supported_version_in_reject_mode(
-    rejecting_server: RunningServer, rejecting_token: str
+    rejecting_app: InProcessApp, rejecting_token: str
 ) -> None:
     with anyio.fail_after(CALL_BOUND), pytest.raises((MCPError, BaseExceptionGroup)) as raised:
-        async with _legacy_client(rejecting_server.mcp_url, rejecting_token):
+        async with _legacy_client(rejecting_app, rejecting_token):
             pass
     refused = _mcp_error(raised.value)
     assert refused.code == -32022

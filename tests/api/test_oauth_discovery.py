@@ -4,6 +4,10 @@ The official SDK client with its OAuth support starts from a 401 on /mcp, reads 
 metadata, discovers the dev IdP's authorization-server metadata, registers itself dynamically, sends the
 user through the login page (filled here over plain HTTP) with PKCE and a resource indicator, exchanges the
 code for a JWT access token, and lists the tools.
+
+Coatcheck's part (the 401 and its challenge, the protected-resource metadata, the tools) is the app's, so
+the client's requests to Coatcheck's origin go to the app built in-process by ``create_app``; its requests
+to the dev IdP, and the login, go over real HTTP to the dev IdP process.
 """
 
 import re
@@ -17,8 +21,8 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.auth import AuthorizationCodeResult, OAuthClientMetadata
 
 from tests.support.devidp import DevIdP
+from tests.support.inprocess import InProcessApp
 from tests.support.oauth import MemoryTokenStorage
-from tests.support.server import RunningServer
 
 REDIRECT_URI = "http://localhost:53682/callback"  # never listened on: the test reads the redirect itself
 LOGIN_FORM = re.compile(r'<form method="post" action="(?P<action>[^"]+)">')
@@ -61,12 +65,12 @@ class FormFillingUser:
 
 
 async def test_sdk_client_discovers_registers_logs_in_and_lists_tools_starting_from_a_401(
-    server: RunningServer, devidp: DevIdP
+    app: InProcessApp, devidp: DevIdP
 ) -> None:
     user = FormFillingUser("discovery-dora")
     storage = MemoryTokenStorage()
     auth = OAuthClientProvider(
-        server_url=server.mcp_url,
+        server_url=app.mcp_url,
         client_metadata=OAuthClientMetadata(
             client_name="coatcheck discovery test",
             redirect_uris=[REDIRECT_URI],  # type: ignore[list-item]
@@ -78,15 +82,28 @@ async def test_sdk_client_discovers_registers_logs_in_and_lists_tools_starting_f
         redirect_handler=user.open,
         callback_handler=user.callback,
     )
+    answered_by_app: list[tuple[str, str, int]] = []
+
+    async def note(response: httpx2.Response) -> None:
+        if str(response.url).startswith(app.base_url):
+            answered_by_app.append((response.request.method, response.url.path, response.status_code))
+
+    # Only Coatcheck's origin is routed to the app; the dev IdP is reached over the network as usual.
+    to_app = httpx2.ASGITransport(app=app.app)  # type: ignore[arg-type]  # Litestar's ASGI callable typing
     async with (
-        httpx2.AsyncClient(auth=auth, timeout=httpx2.Timeout(30.0)) as http,
-        Client(streamable_http_client(server.mcp_url, http_client=http)) as client,
+        httpx2.AsyncClient(
+            auth=auth, timeout=httpx2.Timeout(30.0), mounts={app.base_url: to_app}, event_hooks={"response": [note]}
+        ) as http,
+        Client(streamable_http_client(app.mcp_url, http_client=http)) as client,
     ):
         tools = {tool.name for tool in (await client.list_tools()).tools}
         created = await client.call_tool("cart_create", {})
 
     assert {"cart_create", "cart_view", "cart_list"} <= tools
     assert not created.is_error
+    # It started from nothing: a 401 on /mcp, then the metadata that 401 pointed at.
+    assert answered_by_app[0] == ("POST", "/mcp", 401), answered_by_app
+    assert ("GET", "/.well-known/oauth-protected-resource/mcp", 200) in answered_by_app
     # The client was registered dynamically and sent the user to the dev IdP with PKCE and our resource.
     assert storage.client_info is not None
     assert storage.client_info.client_id
@@ -94,10 +111,10 @@ async def test_sdk_client_discovers_registers_logs_in_and_lists_tools_starting_f
     query = parse_qs(urlsplit(user.authorization_url).query)
     assert user.authorization_url.startswith(devidp.issuer)
     assert query["code_challenge_method"] == ["S256"]
-    assert query["resource"] == [server.mcp_url]
+    assert query["resource"] == [app.mcp_url]
     # The token it obtained is a JWT for this server, naming the typed username.
     assert storage.tokens is not None
     claims = jwt.decode(storage.tokens.access_token, options={"verify_signature": False})
-    assert claims["aud"] == server.mcp_url
+    assert claims["aud"] == app.mcp_url
     assert claims["sub"] == "discovery-dora"
     assert claims["iss"] == devidp.issuer

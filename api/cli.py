@@ -1,33 +1,19 @@
 """The ``coatcheck`` command: serve, migrate, seed-demo, keys rotate, purge, audit, connections revoke, dev."""
 
 import argparse
-import asyncio
 import contextlib
 import logging
 import sys
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING
 
 from api.commands import purge as purge_command
-from api.settings import DatabaseSettings, Settings, SettingsError, VaultKeySettings
+from api.commands.runner import load_settings, run_with_database
+from api.settings import DatabaseSettings, Settings, VaultKeySettings
 
 if TYPE_CHECKING:
     from litestar import Litestar
 
 logger = logging.getLogger("coatcheck")
-SettingsT = TypeVar("SettingsT", bound=DatabaseSettings)
-
-
-def load_settings(kind: type[SettingsT]) -> SettingsT:
-    """``kind`` from the environment, or exit 2 with the message naming each bad variable.
-
-    Each command reads the smallest member of the settings family it needs (``migrate`` only
-    :class:`DatabaseSettings`), so an operator's shell need not hold the server's secrets.
-    """
-    try:
-        return kind.from_env()
-    except SettingsError as exc:
-        print(f"coatcheck: {exc}", file=sys.stderr)
-        raise SystemExit(2) from None
 
 
 def _settings() -> Settings:
@@ -35,7 +21,7 @@ def _settings() -> Settings:
 
 
 def _database_url_only() -> str:
-    # migrate and seed-demo need only the database, not the server's secrets.
+    # migrate needs only the database, not the server's secrets.
     return load_settings(DatabaseSettings).database_url
 
 
@@ -143,17 +129,10 @@ def _connections_revoke(args: argparse.Namespace) -> None:
 
 
 def _seed_demo(_: argparse.Namespace) -> None:
-    from store.db import Database
     from store.demo import seed_demo_catalog
 
-    async def run() -> int:
-        database = Database.connect(_database_url_only())
-        try:
-            return await seed_demo_catalog(database)
-        finally:
-            await database.dispose()
-
-    changed = asyncio.run(run())
+    # seed-demo needs only the database, not the server's secrets.
+    changed = run_with_database(load_settings(DatabaseSettings), seed_demo_catalog)
     print(f"demo catalog loaded ({changed} products added or changed)")
 
 
@@ -165,22 +144,17 @@ def _keys_rotate(_: argparse.Namespace) -> None:
     # keys rotate needs only the token key ring and the database, not the server's other secrets.
     settings = load_settings(VaultKeySettings)
     cipher = TokenCipher(settings.token_key_ring)
-    url = settings.database_url
     logging.basicConfig(level="INFO", format="%(levelname)s %(name)s: %(message)s")
 
-    async def run() -> tuple[int, int]:
-        database = Database.connect(url)
-        try:
-            # A connection outside a transaction: each batch commits on its own, so row locks stay short.
-            async with database.engine.connect() as conn:
-                done = await reencrypt_all(conn, cipher)
-                stale = await count_stale(conn, cipher)
-                await conn.rollback()
-                return done, stale
-        finally:
-            await database.dispose()
+    async def rotate(database: Database) -> tuple[int, int]:
+        # A connection outside a transaction: each batch commits on its own, so row locks stay short.
+        async with database.engine.connect() as conn:
+            done = await reencrypt_all(conn, cipher)
+            stale = await count_stale(conn, cipher)
+            await conn.rollback()
+            return done, stale
 
-    done, stale = asyncio.run(run())
+    done, stale = run_with_database(settings, rotate)
     print(f"re-encrypted {done} rows under the newest key")
     if stale:
         print(f"coatcheck: {stale} rows are sealed under keys not in TOKEN_ENCRYPTION_KEYS", file=sys.stderr)

@@ -1,7 +1,6 @@
 """``coatcheck audit``: read the audit trail without SQL, as JSON lines or a table."""
 
 import argparse
-import asyncio
 import json
 import re
 import sys
@@ -10,7 +9,8 @@ from dataclasses import asdict
 from datetime import UTC, datetime, timedelta
 from typing import TextIO
 
-from api.settings import DatabaseSettings, SettingsError
+from api.commands.runner import load_settings, run_with_database
+from api.settings import DatabaseSettings
 from store.audit import AuditRecord, search_events
 from store.db import Database
 
@@ -71,37 +71,24 @@ def write(records: Sequence[AuditRecord], output_format: str, out: TextIO) -> No
         out.write("  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip() + "\n")
 
 
-def _settings() -> DatabaseSettings:
-    # Only the database (DB_POOLER_MODE too: the audit may run through the servers' PgBouncer):
-    # an operator's shell need not hold the server's secrets.
-    try:
-        return DatabaseSettings.from_env()
-    except SettingsError as exc:
-        print(f"coatcheck: {exc}", file=sys.stderr)
-        raise SystemExit(2) from None
-
-
 def run(args: argparse.Namespace) -> int:
     """Query and print; the exit status (0, also when nothing matched)."""
-    settings = _settings()
 
-    async def query() -> list[AuditRecord]:
-        database = Database.connect(settings.database_url, pool_size=1, pooler_mode=settings.db_pooler_mode)
-        try:
-            async with database.one_statement() as conn:
-                return await search_events(
-                    conn,
-                    issuer=args.issuer,
-                    subject=args.subject,
-                    action=args.event,
-                    since=args.since,
-                    until=args.until,
-                    limit=args.limit,
-                )
-        finally:
-            await database.dispose()
+    async def query(database: Database) -> list[AuditRecord]:
+        async with database.one_statement() as conn:
+            return await search_events(
+                conn,
+                issuer=args.issuer,
+                subject=args.subject,
+                action=args.event,
+                since=args.since,
+                until=args.until,
+                limit=args.limit,
+            )
 
-    records = asyncio.run(query())
+    # Only the database (DB_POOLER_MODE too: the audit may run through the servers' PgBouncer):
+    # an operator's shell need not hold the server's secrets.
+    records = run_with_database(load_settings(DatabaseSettings), query)
     write(records, args.format, sys.stdout)
     if not records:
         print("coatcheck: no audit events match", file=sys.stderr)

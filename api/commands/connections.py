@@ -6,14 +6,15 @@ and each step is audited under the user's principal with detail ``operator``.
 """
 
 import argparse
-import asyncio
 import sys
 
 import httpx2
 
 from api.app import database_from
+from api.commands.runner import run_with_database
 from api.oauth.setup import build_connections
 from api.settings import Settings
+from store.db import Database
 from store.errors import DecryptError
 from store.principal import Principal
 from store.vault import VaultRepository
@@ -34,8 +35,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--provider", help="only this provider (default: every provider the user is connected to)")
 
 
-async def _revoke(settings: Settings, principal: Principal, only: str | None) -> int:
-    database = database_from(settings)  # the server's pool settings and DB_POOLER_MODE
+async def _revoke(settings: Settings, database: Database, principal: Principal, only: str | None) -> int:
     http = httpx2.AsyncClient(timeout=httpx2.Timeout(10.0), follow_redirects=False)
     try:
         connections = build_connections(settings, database, http)
@@ -69,9 +69,12 @@ async def _revoke(settings: Settings, principal: Principal, only: str | None) ->
         return status
     finally:
         await http.aclose()
-        await database.dispose()
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
     """Revoke and forget; exit 1 if any provider could not be revoked or is unknown, else 0."""
-    return asyncio.run(_revoke(settings, Principal(issuer=args.issuer, subject=args.subject), args.provider))
+    principal = Principal(issuer=args.issuer, subject=args.subject)
+    # The server's pool settings and DB_POOLER_MODE: this runs the server's own disconnect path.
+    return run_with_database(
+        settings, lambda database: _revoke(settings, database, principal, args.provider), open_database=database_from
+    )

@@ -17,7 +17,8 @@ from datetime import timedelta
 
 from sqlalchemy.exc import SQLAlchemyError
 
-from api.settings import RetentionSettings, SettingsError
+from api.commands.runner import load_settings, run_with_database
+from api.settings import RetentionSettings
 from store.db import Database
 from store.retention import PURGEABLE, Purgeable, purge_batch
 
@@ -138,23 +139,10 @@ def parse_duration(text: str) -> timedelta:
 
 def _run(_: argparse.Namespace) -> None:
     # purge needs the database and the retention settings, not the server's secrets.
-    try:
-        settings = RetentionSettings.from_env()
-    except SettingsError as exc:
-        print(f"coatcheck: {exc}", file=sys.stderr)
-        raise SystemExit(2) from None
-    url = settings.database_url
+    settings = load_settings(RetentionSettings)
     policy = RetentionPolicy.from_settings(settings)
-
-    async def run() -> dict[str, int]:
-        database = Database.connect(url, pool_size=1, max_overflow=0, pooler_mode=settings.db_pooler_mode)
-        try:
-            return await purge(database, policy)
-        finally:
-            await database.dispose()
-
     try:
-        totals = asyncio.run(run())
+        totals = run_with_database(settings, lambda database: purge(database, policy))
     except (SQLAlchemyError, OSError) as exc:
         # The class only: a driver message may quote the URL.
         print(

@@ -8,6 +8,7 @@ from mcp.types import CallToolResult, ToolAnnotations
 from pydantic import Field
 
 from api.auth import current_principal
+from api.mcp.annotations import READ_ONLY
 from api.mcp.arguments import INT32_MAX, CartId, Cursor, IdempotencyKey, PageSize, SearchQuery, Sku
 from api.mcp.errors import tool_errors
 from api.mcp.lifespan import ToolContext, ToolDeps, deps
@@ -132,7 +133,7 @@ def register_cart_tools(
         "sku starts with the query come first; each group is in sku order. An empty query lists products in "
         "sku order. `more` says that more products match than were returned (then the non-prefix matches "
         "shown are some of them): narrow the query or raise limit.",
-        annotations=ToolAnnotations(read_only_hint=True, idempotent_hint=True, open_world_hint=False),
+        annotations=READ_ONLY,
     )
     mcp.add_tool(
         cart_create,
@@ -156,14 +157,14 @@ def register_cart_tools(
         cart_view,
         name="cart_view",
         description="Show a cart: its lines with prices, total, status and version.",
-        annotations=ToolAnnotations(read_only_hint=True, idempotent_hint=True, open_world_hint=False),
+        annotations=READ_ONLY,
     )
     mcp.add_tool(
         cart_list,
         name="cart_list",
         description=f"List your carts, newest first, with line and item counts and totals; {DEFAULT_PAGE_SIZE} "
         "per page by default. Pass next_cursor back as cursor for the next page (null: no more).",
-        annotations=ToolAnnotations(read_only_hint=True, idempotent_hint=True, open_world_hint=False),
+        annotations=READ_ONLY,
     )
     mcp.add_tool(
         cart_delete,

@@ -24,6 +24,7 @@ from mcp.types import (
 from pydantic import Field
 
 from api.auth import current_principal
+from api.mcp.annotations import READ_ONLY
 from api.mcp.arguments import NO_CONTROL_CHARACTERS
 from api.mcp.errors import provider_step, tool_errors
 from api.mcp.lifespan import ToolContext, ToolDeps, deps
@@ -201,7 +202,7 @@ def register_connection_tools(mcp: MCPServer[ToolDeps]) -> None:
         description="List the third-party providers you can connect (for example 'demo') and your connection "
         "to each: status connected / needs_reauth / not_connected, granted scopes, when it was connected and "
         "when the current access token expires. Tokens are kept by the server and never shown.",
-        annotations=ToolAnnotations(read_only_hint=True, idempotent_hint=True, open_world_hint=False),
+        annotations=READ_ONLY,
     )
     mcp.add_tool(
         connection_whoami,

@@ -36,6 +36,7 @@ from mcp.types import (
 from pydantic import Field
 
 from api.auth import current_principal
+from api.mcp.annotations import READ_ONLY
 from api.mcp.arguments import CartId, Cursor, OrderId, PageSize
 from api.mcp.errors import tool_errors
 from api.mcp.lifespan import ToolContext, ToolDeps, deps
@@ -233,12 +234,12 @@ def register_order_tools(mcp: MCPServer[ToolDeps]) -> None:
         order_view,
         name="order_view",
         description="Show an order: its lines with the prices paid, total, status and the cart it came from.",
-        annotations=ToolAnnotations(read_only_hint=True, idempotent_hint=True, open_world_hint=False),
+        annotations=READ_ONLY,
     )
     mcp.add_tool(
         order_list,
         name="order_list",
         description=f"List your orders, newest first, with line and item counts and totals; {DEFAULT_PAGE_SIZE} "
         "per page by default. Pass next_cursor back as cursor for the next page (null: no more).",
-        annotations=ToolAnnotations(read_only_hint=True, idempotent_hint=True, open_world_hint=False),
+        annotations=READ_ONLY,
     )

@@ -20,12 +20,15 @@ from typing import Any
 from urllib.parse import parse_qs, urljoin, urlsplit
 
 import httpx2
-import jwt
 import pytest
+from joserfc import jws
+from joserfc.errors import ExpiredTokenError, InvalidClaimError, JoseError
+from joserfc.jwk import KeySet
 from mcp.client.auth import AuthorizationCodeResult, OAuthClientProvider
 from mcp.shared.auth import OAuthClientMetadata
 
 from tests.support.devidp import DevIdP, DevIdPError, start_devidp
+from tests.support.jose import verify_jwt
 from tests.support.oauth import MemoryTokenStorage
 
 RESOURCE = "http://localhost:8123/mcp"
@@ -156,26 +159,15 @@ def token_request(idp: DevIdP, data: dict[str, str], auth: tuple[str, str] | Non
     return httpx2.post(f"{idp.issuer}/token", data=data, auth=auth, timeout=10.0)
 
 
-def jwks(idp: DevIdP) -> jwt.PyJWKSet:
+def jwks(idp: DevIdP) -> KeySet:
     response = httpx2.get(f"{idp.issuer}/jwks", timeout=10.0)
     assert response.status_code == 200
-    return jwt.PyJWKSet.from_dict(response.json())
+    return KeySet.import_key_set(response.json())
 
 
 def verify(idp: DevIdP, token: str, *, audience: str) -> dict[str, Any]:
-    """Verify a JWT access token the way a resource server does: signature by kid, iss, aud, exp."""
-    header = jwt.get_unverified_header(token)
-    key = next(k for k in jwks(idp).keys if k.key_id == header["kid"])
-    claims = jwt.decode(
-        token,
-        key=key.key,
-        algorithms=[header["alg"]],
-        audience=audience,
-        issuer=idp.issuer,
-        options={"require": ["iss", "aud", "sub", "exp", "iat"]},
-    )
-    assert isinstance(claims, dict)
-    return claims
+    """Verify a JWT the way a resource server does: signature by kid, then iss, aud, sub, exp, nbf and iat."""
+    return verify_jwt(token, jwks(idp), issuer=idp.issuer, audience=audience).claims
 
 
 def unique_user() -> str:
@@ -222,7 +214,7 @@ def test_jwks_publishes_an_rs256_and_an_es256_key_with_distinct_kids(idp: DevIdP
 async def test_minted_token_verifies_against_published_jwks(idp: DevIdP, alg: str) -> None:
     token = await idp.token("alice", resource=RESOURCE, scope="openid mcp:tools", alg=alg)
 
-    header = jwt.get_unverified_header(token)
+    header = jws.extract_compact(token.encode()).headers()
     claims = verify(idp, token, audience=RESOURCE)
 
     assert header["alg"] == alg
@@ -238,14 +230,14 @@ async def test_minted_token_verifies_against_published_jwks(idp: DevIdP, alg: st
 async def test_minted_token_with_negative_lifetime_is_already_expired(idp: DevIdP) -> None:
     token = await idp.token("alice", resource=RESOURCE, expires_in=-60)
 
-    with pytest.raises(jwt.ExpiredSignatureError):
+    with pytest.raises(ExpiredTokenError):
         verify(idp, token, audience=RESOURCE)
 
 
 async def test_minted_token_with_future_not_before_is_not_yet_valid(idp: DevIdP) -> None:
     token = await idp.token("alice", resource=RESOURCE, not_before_in=600)
 
-    with pytest.raises(jwt.ImmatureSignatureError):
+    with pytest.raises(InvalidClaimError, match="not yet valid"):
         verify(idp, token, audience=RESOURCE)
 
 
@@ -256,8 +248,9 @@ async def test_minting_refuses_unlisted_resources_but_audience_override_mints_fo
     token = await idp.token("alice", resource=RESOURCE, audience="https://somewhere-else.example/api")
 
     assert verify(idp, token, audience="https://somewhere-else.example/api")["sub"] == "alice"
-    with pytest.raises(jwt.InvalidAudienceError):
+    with pytest.raises(InvalidClaimError) as refused:
         verify(idp, token, audience=RESOURCE)
+    assert refused.value.claim == "aud"
 
 
 def test_public_client_registered_dynamically_gets_resource_jwt_and_refresh_token_via_pkce(
@@ -540,7 +533,7 @@ def test_userinfo_returns_claims_derived_from_the_typed_username(idp: DevIdP, br
         "email": f"{username}@example.com",
         "email_verified": True,
     }
-    id_token = jwt.decode(tokens["id_token"], options={"verify_signature": False})
+    id_token = verify(idp, tokens["id_token"], audience=CONFIDENTIAL_ID)
     assert id_token["sub"] == username
     assert tokens["refresh_token"]
 
@@ -733,10 +726,8 @@ def stub_resource_server(idp: DevIdP, stub_base_url: str) -> Iterator[StubResour
             self.rfile.read(int(self.headers.get("Content-Length", "0")))
             token = self.headers.get("Authorization", "").removeprefix("Bearer ")
             try:
-                header = jwt.get_unverified_header(token)
-                key = next(k for k in keys.keys if k.key_id == header["kid"])
-                claims = jwt.decode(token, key.key, algorithms=[header["alg"]], audience=resource, issuer=idp.issuer)
-            except (jwt.PyJWTError, StopIteration):
+                claims = verify_jwt(token, keys, issuer=idp.issuer, audience=resource).claims
+            except JoseError:
                 challenge = (
                     f'Bearer resource_metadata="{base_url}/.well-known/oauth-protected-resource/mcp", scope="mcp:tools"'
                 )

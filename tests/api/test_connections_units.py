@@ -10,9 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx2
-import jwt
 import pytest
-from cryptography.hazmat.primitives.asymmetric import rsa
 from joserfc.jwk import JWKRegistry, Key
 
 from api.jose import IssuerMetadata, JwtRejected
@@ -23,6 +21,7 @@ from api.oauth.providers import ProviderConfig, ProviderConfigError, ProviderReg
 from api.oauth.session import COOKIE_PURPOSE, LOGIN, SESSION, BrowserSession, CookieJar, LoginInProgress
 from api.settings import Settings, SettingsError
 from store.crypto import DecryptError, TokenCipher
+from tests.support.jose import public_jwk, sign_jwt, signing_key, unsigned_jwt
 from tests.support.json_server import serve_json
 
 DEMO_TOML = """
@@ -185,15 +184,14 @@ def test_on_https_cookies_are_host_prefixed_and_secure() -> None:
 
 class _Keys:
     def __init__(self) -> None:
-        self.private = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-        jwk = json.loads(jwt.algorithms.RSAAlgorithm.to_jwk(self.private.public_key()))
-        self.jwk = JWKRegistry.import_key({**jwk, "kid": "k1", "alg": "RS256", "use": "sig"})
+        self.private = signing_key("k1", "RS256")
+        self.jwk = JWKRegistry.import_key(public_jwk(self.private))
 
     async def key(self, kid: str) -> Key | None:
         return self.jwk if kid == "k1" else None
 
     def sign(self, claims: dict[str, Any], kid: str = "k1") -> str:
-        return jwt.encode(claims, self.private, algorithm="RS256", headers={"kid": kid})
+        return sign_jwt(claims, self.private, kid=kid)
 
 
 def _login(keys: _Keys) -> OidcLogin:
@@ -240,7 +238,7 @@ async def test_an_id_token_for_another_login_client_or_issuer_is_refused(
 
 
 async def test_an_unsigned_id_token_is_refused() -> None:
-    unsigned = jwt.encode(_claims(), key="", algorithm="none", headers={"kid": "k1"})
+    unsigned = unsigned_jwt(_claims(), kid="k1")
     with pytest.raises(LoginFailed, match="unexpected algorithm"):
         await _login(_Keys()).verify_id_token(unsigned, nonce="n-1")
 

@@ -3,19 +3,18 @@
 A real HTTP server plays the issuer's metadata and JWKS endpoints, so the cache is exercised over the wire.
 """
 
-import json
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import httpx2
-import jwt
 import pytest
-from cryptography.hazmat.primitives.asymmetric import ec, rsa
+from joserfc.jwk import ECKey, RSAKey
 
 from api.auth import JwtVerifier
 from api.jose import IssuerMetadata, JwksCache
+from tests.support.jose import public_jwk, sign_jwt, signing_key
 from tests.support.json_server import serve_json
 
 RESOURCE = "https://coatcheck.test/mcp"
@@ -47,17 +46,16 @@ def issuer() -> Iterator[FakeIssuer]:
         yield state
 
 
-def _key(kid: str, alg: str) -> tuple[Any, dict[str, Any]]:
-    private: Any = rsa.generate_private_key(65537, 2048) if alg == "RS256" else ec.generate_private_key(ec.SECP256R1())
-    algorithm = jwt.get_algorithm_by_name(alg)
-    public = json.loads(algorithm.to_jwk(private.public_key()))
-    return private, {**public, "kid": kid, "use": "sig", "alg": alg}
+def _key(kid: str, alg: str) -> tuple[RSAKey | ECKey, dict[str, Any]]:
+    private = signing_key(kid, alg)
+    return private, public_jwk(private)
 
 
-def _token(private: Any, kid: str, alg: str, issuer: str, **claims: Any) -> str:
+def _token(private: RSAKey | ECKey, kid: str, issuer: str, **claims: Any) -> str:
+    """A token signed with ``private`` under its own alg, its header naming ``kid``."""
     now = int(time.time())
     payload = {"iss": issuer, "sub": "alice", "aud": RESOURCE, "exp": now + 300, "iat": now, **claims}
-    return jwt.encode(payload, private, algorithm=alg, headers={"kid": kid})
+    return sign_jwt(payload, private, kid=kid)
 
 
 async def test_a_token_signed_with_a_newly_published_key_is_accepted_after_one_refetch(issuer: FakeIssuer) -> None:
@@ -71,11 +69,11 @@ async def test_a_token_signed_with_a_newly_published_key_is_accepted_after_one_r
             jwks=JwksCache(IssuerMetadata(issuer.url, http), http, ttl=3600, refetch_interval=0.0),
             leeway=0,
         )
-        assert await verifier.verify_token(_token(old_private, "k1", "RS256", issuer.url)) is not None
+        assert await verifier.verify_token(_token(old_private, "k1", issuer.url)) is not None
         assert issuer.jwks_fetches == 1
 
         issuer.keys = [old_public, new_public]  # the issuer rotates in a new key
-        accepted = await verifier.verify_token(_token(new_private, "k2", "ES256", issuer.url))
+        accepted = await verifier.verify_token(_token(new_private, "k2", issuer.url))
         assert accepted is not None
         assert accepted.subject == "alice"
         assert issuer.jwks_fetches == 2
@@ -91,9 +89,9 @@ async def test_a_flood_of_unknown_kids_fetches_the_jwks_at_most_once_per_interva
             jwks=JwksCache(IssuerMetadata(issuer.url, http), http, ttl=3600, refetch_interval=3600),
             leeway=0,
         )
-        assert await verifier.verify_token(_token(private, "k1", "RS256", issuer.url)) is not None
+        assert await verifier.verify_token(_token(private, "k1", issuer.url)) is not None
         for n in range(20):
-            assert await verifier.verify_token(_token(private, f"unknown-{n}", "RS256", issuer.url)) is None
+            assert await verifier.verify_token(_token(private, f"unknown-{n}", issuer.url)) is None
     assert issuer.jwks_fetches == 1
 
 
@@ -107,9 +105,9 @@ async def test_tokens_from_another_issuer_or_for_another_audience_are_rejected(i
             jwks=JwksCache(IssuerMetadata(issuer.url, http), http, ttl=3600),
             leeway=0,
         )
-        assert await verifier.verify_token(_token(private, "k1", "RS256", "https://other.test")) is None
-        assert await verifier.verify_token(_token(private, "k1", "RS256", issuer.url, aud="https://x.test/mcp")) is None
-        assert await verifier.verify_token(_token(private, "k1", "RS256", issuer.url, sub="")) is None
+        assert await verifier.verify_token(_token(private, "k1", "https://other.test")) is None
+        assert await verifier.verify_token(_token(private, "k1", issuer.url, aud="https://x.test/mcp")) is None
+        assert await verifier.verify_token(_token(private, "k1", issuer.url, sub="")) is None
         # RFC 8707 resource comparison ignores the case of scheme and host and a trailing slash.
-        same = _token(private, "k1", "RS256", issuer.url, aud=["https://other.test", "HTTPS://Coatcheck.TEST/mcp/"])
+        same = _token(private, "k1", issuer.url, aud=["https://other.test", "HTTPS://Coatcheck.TEST/mcp/"])
         assert await verifier.verify_token(same) is not None

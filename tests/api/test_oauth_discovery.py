@@ -14,7 +14,7 @@ import re
 from urllib.parse import parse_qs, urljoin, urlsplit
 
 import httpx2
-import jwt
+from joserfc.jwk import KeySet
 from mcp import Client
 from mcp.client.auth import OAuthClientProvider
 from mcp.client.streamable_http import streamable_http_client
@@ -22,6 +22,7 @@ from mcp.shared.auth import AuthorizationCodeResult, OAuthClientMetadata
 
 from tests.support.devidp import DevIdP
 from tests.support.inprocess import InProcessApp
+from tests.support.jose import verify_jwt
 from tests.support.oauth import MemoryTokenStorage
 
 REDIRECT_URI = "http://localhost:53682/callback"  # never listened on: the test reads the redirect itself
@@ -112,9 +113,16 @@ async def test_sdk_client_discovers_registers_logs_in_and_lists_tools_starting_f
     assert user.authorization_url.startswith(devidp.issuer)
     assert query["code_challenge_method"] == ["S256"]
     assert query["resource"] == [app.mcp_url]
-    # The token it obtained is a JWT for this server, naming the typed username.
+    # The token it obtained is a JWT the dev IdP signed for this server, naming the typed username.
     assert storage.tokens is not None
-    claims = jwt.decode(storage.tokens.access_token, options={"verify_signature": False})
-    assert claims["aud"] == app.mcp_url
-    assert claims["sub"] == "discovery-dora"
-    assert claims["iss"] == devidp.issuer
+    async with httpx2.AsyncClient(timeout=httpx2.Timeout(10.0)) as http:
+        published = await http.get(f"{devidp.issuer}/jwks")
+    token = verify_jwt(
+        storage.tokens.access_token,
+        KeySet.import_key_set(published.raise_for_status().json()),
+        issuer=devidp.issuer,
+        audience=app.mcp_url,
+    )
+    assert token.claims["aud"] == app.mcp_url
+    assert token.claims["sub"] == "discovery-dora"
+    assert token.claims["iss"] == devidp.issuer

@@ -142,7 +142,9 @@ def register_cart_tools(
         "cart tools. Carts are private to you and are kept until you delete them. Pass an idempotency_key "
         "of your choice to make retries safe: the same key returns the same cart "
         f"(for {_duration(idempotency_key_ttl)}). At most {max_open_carts} open carts.",
-        annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False),
+        annotations=ToolAnnotations(
+            read_only_hint=False, destructive_hint=False, idempotent_hint=False, open_world_hint=False
+        ),
     )
     mcp.add_tool(
         cart_set_item,
@@ -151,7 +153,9 @@ def register_cart_tools(
         "so retrying the call has the same effect as calling it once. Returns the updated cart. "
         "Pass expected_version (from cart_view) to refuse the change if someone else changed the cart. "
         f"A cart holds at most {max_cart_lines} different products.",
-        annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=True),
+        annotations=ToolAnnotations(
+            read_only_hint=False, destructive_hint=False, idempotent_hint=True, open_world_hint=False
+        ),
     )
     mcp.add_tool(
         cart_view,
@@ -171,5 +175,7 @@ def register_cart_tools(
         name="cart_delete",
         description="Delete a cart and its lines. Safe to repeat: deleted is true when this call removed the "
         "cart, false when you have no such cart (already deleted, or never yours).",
-        annotations=ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_hint=True),
+        annotations=ToolAnnotations(
+            read_only_hint=False, destructive_hint=True, idempotent_hint=True, open_world_hint=False
+        ),
     )

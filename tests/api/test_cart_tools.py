@@ -110,3 +110,35 @@ async def test_another_principal_cannot_view_change_list_or_delete_a_cart_and_se
     async with mcp_client("alice") as alice:
         cart = await call_ok(alice, "cart_view", {"cart_id": alices_cart})
     assert (cart["version"], cart["items"][0]["quantity"]) == (2, 1)
+
+
+# What a client may assume about each tool before calling it (MCP tool annotations; absent hints default to
+# the cautious value, so every one is spelled out). Only the connection tools reach outside Coatcheck.
+HINTS = {
+    # tool: (readOnly, destructive, idempotent, openWorld)
+    "catalog_search": (True, None, True, False),
+    "cart_create": (False, False, False, False),
+    "cart_set_item": (False, False, True, False),
+    "cart_view": (True, None, True, False),
+    "cart_list": (True, None, True, False),
+    "cart_delete": (False, True, True, False),
+    "cart_checkout": (False, False, True, False),
+    "order_view": (True, None, True, False),
+    "order_list": (True, None, True, False),
+    "connection_list": (True, None, True, False),
+    "connection_whoami": (True, None, True, True),
+    "connection_disconnect": (False, True, True, True),
+}
+
+
+async def test_every_tool_advertises_whether_it_writes_destroys_repeats_safely_and_reaches_outside(
+    mcp_client: McpClientFactory,
+) -> None:
+    async with mcp_client() as client:
+        tools = {tool.name: tool for tool in (await client.list_tools()).tools}
+    assert set(tools) == set(HINTS)
+    for name, tool in tools.items():
+        hints = tool.annotations
+        assert hints is not None, name
+        advertised = (hints.read_only_hint, hints.destructive_hint, hints.idempotent_hint, hints.open_world_hint)
+        assert advertised == HINTS[name], name

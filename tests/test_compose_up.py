@@ -25,20 +25,21 @@ from tests.support.browser import CHROMIUM, CHROMIUM_ARGS, NAVIGATION_TIMEOUT_MS
 from tests.support.compose.project import load_project
 from tests.support.compose.up import LOCAL_POSTGRES, ComposeUp, compose_up, unavailable_reason
 from tests.support.markdown import fenced_block
+from tests.support.prerequisites import missing
 from tests.support.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parents[1]
 ISSUER = "http://localhost:9400"
 SCRIPT_TIMEOUT = 90.0
 
-pytestmark = pytest.mark.skipif(unavailable_reason() is not None, reason=unavailable_reason() or "")
-
-
 @pytest.fixture(scope="module")
 def up(admin_database_url: str) -> Iterator[ComposeUp]:
+    reason = unavailable_reason()
+    if reason is not None:
+        missing(reason)
     url = make_url(admin_database_url)
     if (url.host, url.port or 5432) not in ((LOCAL_POSTGRES[0], LOCAL_POSTGRES[1]), ("localhost", LOCAL_POSTGRES[1])):
-        pytest.skip(f"the db service is played by the PostgreSQL on {LOCAL_POSTGRES}; TEST_DATABASE_URL is elsewhere")
+        missing(f"the db service is played by the PostgreSQL on {LOCAL_POSTGRES}; TEST_DATABASE_URL is elsewhere")
     with compose_up(
         load_project(ROOT), admin_dsn=url.set(drivername="postgresql").render_as_string(hide_password=False)
     ) as running:

@@ -25,6 +25,7 @@ from store.db import Database
 from store.demo import seed_demo_catalog
 from store.migrations import alembic_config
 from tests.support.explain import buffers, explain, rows_removed, scans_table, uses_index
+from tests.support.prerequisites import missing
 from tests.support.scratch import scratch_database
 
 MIGRATION = "a1b2c3d40005"
@@ -110,7 +111,7 @@ async def test_rare_words_common_substrings_and_sku_prefixes_stay_cheap_at_a_mil
     big_catalog: str, database: Database
 ) -> None:
     if not await asyncio.to_thread(_offers_trigrams, big_catalog):
-        pytest.skip("this PostgreSQL offers no pg_trgm (e.g. the embedded pgserver): no trigram index to measure")
+        missing("this PostgreSQL offers no pg_trgm (e.g. the embedded pgserver): no trigram index to measure")
     big = Database.connect(big_catalog)
     try:
         async with big.one_statement() as conn:

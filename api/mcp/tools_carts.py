@@ -1,4 +1,4 @@
-"""Catalog and cart tools. Each call is one transaction, scoped to the caller's principal."""
+"""Catalog and cart tools. Each call is one statement or one transaction, scoped to the caller's principal."""
 
 from datetime import timedelta
 from typing import Annotated

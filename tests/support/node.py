@@ -22,7 +22,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-import pytest
+from tests.support.prerequisites import missing
 
 NPM_DIR = Path(__file__).resolve().parent / "npm"
 NPM_INSTALL_TIMEOUT = 600.0
@@ -129,11 +129,14 @@ class NodeClients:
 
 
 def node_clients() -> NodeClients:
-    """Install the pinned clients if needed; skip the calling test, with the reason, if npm cannot."""
+    """Install the pinned clients if needed; if npm cannot, skip the calling test with the reason (fail it in CI).
+
+    See tests/support/prerequisites.py.
+    """
     try:
         ensure_installed(CLIENTS_DIR, CLIENTS_NODE22, CLAUDE, INSPECTOR_CLI, MCP_REMOTE)
     except NodeToolsError as exc:
-        pytest.skip(f"the pinned Node MCP clients cannot be installed on this machine: {exc}")
+        missing(f"the pinned Node MCP clients cannot be installed on this machine: {exc}")
     return NodeClients(node=CLIENTS_NODE22, claude=CLAUDE, inspector=INSPECTOR_CLI, mcp_remote=MCP_REMOTE)
 
 

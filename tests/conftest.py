@@ -21,11 +21,9 @@ from mcp import Client
 from sqlalchemy.engine import make_url
 
 from store.db import Database
-from store.demo import seed_demo_catalog
-from store.migrations import upgrade
 from store.principal import Principal
 from tests.support import figures
-from tests.support.databases import answers, create_database, drop_database
+from tests.support.databases import answers
 from tests.support.devidp import (
     DEMO_CLIENT_ID,
     LOGIN_CLIENT_ID,
@@ -37,6 +35,7 @@ from tests.support.devidp import (
 from tests.support.embedded_postgres import embedded_postgres
 from tests.support.inprocess import InProcessApp, settings_from, started_app
 from tests.support.mcp_client import McpClientFactory, connect
+from tests.support.scratch import scratch_database
 from tests.support.server import RunningServer, run_server
 from tests.support.waiting import free_port
 
@@ -78,21 +77,8 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
 @pytest.fixture(scope="session")
 def database_url(admin_database_url: str) -> Iterator[str]:
     """A new database for this run, migrated to head and seeded with the demo catalog."""
-    name = f"coatcheck_test_{uuid.uuid4().hex[:10]}"
-    asyncio.run(create_database(admin_database_url, name))
-    url = make_url(admin_database_url).set(database=name).render_as_string(hide_password=False)
-    upgrade(url)
-
-    async def seed() -> None:
-        db = Database.connect(url)
-        try:
-            await seed_demo_catalog(db)
-        finally:
-            await db.dispose()
-
-    asyncio.run(seed())
-    yield url
-    asyncio.run(drop_database(admin_database_url, name))
+    with scratch_database(admin_database_url, prefix="coatcheck_test", demo_catalog=True) as url:
+        yield url
 
 
 @pytest.fixture(scope="session")

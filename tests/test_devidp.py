@@ -5,12 +5,7 @@ client that fills the login form. Nothing listens on the redirect URIs: the test
 header that would reach them.
 """
 
-import base64
-import hashlib
 import json
-import re
-import secrets
-import socket
 import threading
 import uuid
 from collections.abc import Iterator
@@ -29,7 +24,12 @@ from mcp.shared.auth import OAuthClientMetadata
 
 from tests.support.devidp import DevIdP, DevIdPError, start_devidp
 from tests.support.jose import verify_jwt
-from tests.support.oauth import MemoryTokenStorage
+from tests.support.oauth import LOGIN_FORM, MemoryTokenStorage, Pkce, sign_in, token_request
+from tests.support.waiting import free_port
+
+# Explicit re-exports only for tests/api/test_token_refresh.py, which still imports these from here; once it
+# imports them from tests.support.oauth, delete this block.
+__all__ = ["Pkce", "sign_in", "token_request"]
 
 RESOURCE = "http://localhost:8123/mcp"
 OTHER_RESOURCE = "http://localhost:8124/other"
@@ -45,15 +45,6 @@ CONFIDENTIAL_CLIENT: dict[str, object] = {
     "scope": "openid profile email offline_access",
     "token_endpoint_auth_method": "client_secret_basic",
 }
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-LOGIN_FORM = re.compile(r'<form method="post" action="(?P<action>[^"]+)">')
 
 
 @pytest.fixture(scope="module")
@@ -76,18 +67,6 @@ def browser() -> Iterator[httpx2.Client]:
         yield client
 
 
-@dataclass(frozen=True)
-class Pkce:
-    verifier: str
-    challenge: str
-
-    @classmethod
-    def new(cls) -> "Pkce":
-        verifier = secrets.token_urlsafe(48)
-        digest = hashlib.sha256(verifier.encode("ascii")).digest()
-        return cls(verifier, base64.urlsafe_b64encode(digest).rstrip(b"=").decode("ascii"))
-
-
 def register_public_client(idp: DevIdP, *redirect_uris: str, scope: str | None = None) -> dict[str, Any]:
     """Dynamic client registration the way Claude Code does it: a public client with loopback redirects."""
     metadata: dict[str, Any] = {
@@ -104,59 +83,6 @@ def register_public_client(idp: DevIdP, *redirect_uris: str, scope: str | None =
     client = response.json()
     assert isinstance(client, dict)
     return client
-
-
-def sign_in(
-    idp: DevIdP,
-    browser: httpx2.Client,
-    *,
-    client_id: str,
-    redirect_uri: str,
-    username: str,
-    scope: str,
-    pkce: Pkce,
-    resource: str | None = RESOURCE,
-    extra: dict[str, str] | None = None,
-) -> dict[str, str]:
-    """Walk authorize -> login form -> redirect URI; return the parameters the redirect URI would receive."""
-    state = secrets.token_urlsafe(16)
-    params = {
-        "response_type": "code",
-        "client_id": client_id,
-        "redirect_uri": redirect_uri,
-        "scope": scope,
-        "state": state,
-        "code_challenge": pkce.challenge,
-        "code_challenge_method": "S256",
-    }
-    if resource is not None:
-        params["resource"] = resource
-    params.update(extra or {})
-    response = browser.get(f"{idp.issuer}/auth", params=params)
-    assert response.status_code == 303, response.text
-    login_page = browser.get(urljoin(idp.issuer, response.headers["location"]))
-    assert login_page.status_code == 200, login_page.text
-    assert "Development identity provider — not for production" in login_page.text
-    form = LOGIN_FORM.search(login_page.text)
-    assert form is not None, login_page.text
-    response = browser.post(urljoin(idp.issuer, form["action"]), data={"username": username})
-    for _ in range(5):
-        assert response.status_code in (302, 303), response.text
-        location = urljoin(idp.issuer, response.headers["location"])
-        if location.startswith(redirect_uri):
-            break
-        response = browser.get(location)
-    else:
-        pytest.fail("the provider never redirected back to the client")
-    assert urlsplit(location)._replace(query="").geturl() == redirect_uri
-    returned = {key: values[0] for key, values in parse_qs(urlsplit(location).query).items()}
-    assert returned["state"] == state
-    assert returned["iss"] == idp.issuer  # RFC 9207
-    return returned
-
-
-def token_request(idp: DevIdP, data: dict[str, str], auth: tuple[str, str] | None = None) -> httpx2.Response:
-    return httpx2.post(f"{idp.issuer}/token", data=data, auth=auth, timeout=10.0)
 
 
 def jwks(idp: DevIdP) -> KeySet:
@@ -273,6 +199,7 @@ def test_public_client_registered_dynamically_gets_resource_jwt_and_refresh_toke
         username=username,
         scope="mcp:tools offline_access",
         pkce=pkce,
+        resource=RESOURCE,
     )
     response = token_request(
         idp,
@@ -329,6 +256,7 @@ def test_sdk_style_offline_access_with_prompt_consent_is_granted_without_a_conse
         scope="mcp:tools offline_access",
         pkce=pkce,
         extra={"prompt": "consent"},
+        resource=RESOURCE,
     )
 
     response = token_request(
@@ -361,6 +289,7 @@ def test_code_exchange_without_the_pkce_verifier_is_rejected(idp: DevIdP, browse
         username=unique_user(),
         scope="mcp:tools",
         pkce=Pkce.new(),
+        resource=RESOURCE,
     )
 
     response = token_request(

@@ -11,7 +11,6 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-import httpx2
 import pytest
 from sqlalchemy import select, update
 
@@ -24,9 +23,9 @@ from store.models import AuditEvent, table_of
 from store.principal import Principal
 from store.vault import TokenSet, VaultRepository
 from tests.support.devidp import DEMO_CLIENT_ID, DevIdP
+from tests.support.oauth import demo_provider_tokens, token_request
 from tests.support.scratch import scratch_database
 from tests.support.waiting import free_port
-from tests.test_devidp import Pkce, sign_in, token_request
 
 _audit = table_of(AuditEvent)
 PREVIOUS_REVISION = "a1b2c3d40002"
@@ -161,27 +160,7 @@ async def _connect_for_real(
     devidp: DevIdP, public_url: str, secret: str, database: Database, keys: str, principal: Principal
 ) -> TokenSet:
     """Real tokens from the dev IdP's "demo" client (the code flow, without a browser), stored as a connection."""
-    redirect_uri = f"{public_url}/oauth/callback"
-    pkce = Pkce.new()
-
-    def exchange() -> dict[str, str]:
-        with httpx2.Client(follow_redirects=False, timeout=10.0) as browser:
-            returned = sign_in(
-                devidp,
-                browser,
-                client_id=DEMO_CLIENT_ID,
-                redirect_uri=redirect_uri,
-                username=principal.subject,
-                scope="openid profile email offline_access",
-                pkce=pkce,
-                resource=None,
-            )
-        data = {"grant_type": "authorization_code", "code": returned["code"], "redirect_uri": redirect_uri}
-        response = token_request(devidp, {**data, "code_verifier": pkce.verifier}, auth=(DEMO_CLIENT_ID, secret))
-        assert response.status_code == 200, response.text
-        return dict(response.json())
-
-    issued = await asyncio.to_thread(exchange)
+    issued = await asyncio.to_thread(demo_provider_tokens, devidp, public_url, secret, principal.subject)
     tokens = TokenSet(
         access_token=issued["access_token"],
         refresh_token=issued["refresh_token"],

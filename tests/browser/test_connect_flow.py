@@ -33,7 +33,7 @@ from store.db import Database
 from store.models import AuditEvent, OAuthFlow, ProviderConnection, table_of
 from store.principal import Principal
 from store.vault import TokenSet, VaultRepository
-from tests.support.browser import BrowserUser, BrowserUserFactory, Landing
+from tests.support.browser import BrowserUser, BrowserUserFactory, Landing, LinkOpener
 from tests.support.devidp import DEMO_CLIENT_ID, LOGIN_CLIENT_ID, DevIdP, devidp_clients, start_devidp
 from tests.support.mcp_client import McpClientFactory, connect, text_of
 from tests.support.mrtr import another_instance
@@ -50,27 +50,6 @@ _audit = table_of(AuditEvent)
 
 def _fresh(name: str) -> str:
     return f"{name}-{uuid.uuid4().hex[:8]}"
-
-
-class LinkOpener:
-    """The user's side of URL-mode elicitation: consent, then open the link in this person's browser (once)."""
-
-    def __init__(self, person: BrowserUser | None, answer: str = "accept") -> None:
-        self.person = person
-        self.answer = answer
-        self.urls: list[str] = []
-        self._landing: asyncio.Task[Landing] | None = None
-
-    async def __call__(self, _context: ClientRequestContext, params: ElicitRequestParams) -> ElicitResult:
-        assert isinstance(params, ElicitRequestURLParams), f"expected URL mode, got {params!r}"
-        self.urls.append(params.url)
-        if self.person is not None and self.answer == "accept" and self._landing is None:
-            self._landing = asyncio.create_task(self.person.open(params.url))
-        return ElicitResult(action=self.answer)  # type: ignore[arg-type]
-
-    async def landing(self) -> Landing:
-        assert self._landing is not None, "the link was never opened"
-        return await self._landing
 
 
 async def _connect_in_browser(wire_mcp_client: McpClientFactory, person: BrowserUser) -> tuple[CallToolResult, Landing]:

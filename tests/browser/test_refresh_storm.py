@@ -32,9 +32,8 @@ from sqlalchemy import func, select, text, update
 
 from store.db import Database
 from store.models import ProviderConnection, table_of
-from tests.browser.test_connect_flow import LinkOpener
 from tests.support import figures
-from tests.support.browser import BrowserUserFactory
+from tests.support.browser import BrowserUserFactory, LinkOpener
 from tests.support.devidp import DevIdP
 from tests.support.mcp_client import McpClientFactory, connect, text_of
 from tests.support.mrtr import another_instance

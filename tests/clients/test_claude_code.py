@@ -1,16 +1,14 @@
-"""Claude Code (pinned in tests/clients/package.json) adds Coatcheck as an HTTP MCP server and health-checks it
-with ``claude mcp list``: connected with a bearer token header, "needs authentication" without one.
-No model is involved; HOME (its config) is a temporary directory."""
+"""Claude Code (pinned in tests/support/npm/clients/package.json) adds Coatcheck as an HTTP MCP server and
+health-checks it with ``claude mcp list``: connected with a bearer token header, "needs authentication" without
+one. No model is involved; HOME (its config) is a temporary directory."""
 
 import re
 import subprocess
 import uuid
 from pathlib import Path
 
-import pytest
-
-from tests.clients.node_clients import NodeClients, node_clients, pinned_version
 from tests.support.devidp import DevIdP
+from tests.support.node import NodeClients, pinned_client_version
 from tests.support.server import RunningServer
 
 TIMEOUT = 120
@@ -21,11 +19,6 @@ QUIET = {
     "DISABLE_ERROR_REPORTING": "1",
     "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
 }
-
-
-@pytest.fixture(scope="module")
-def clients() -> NodeClients:
-    return node_clients()
 
 
 def _claude(clients: NodeClients, home: Path, *args: str) -> str:
@@ -51,7 +44,7 @@ def _status_line(listing: str, name: str) -> str:
 
 
 def test_claude_code_is_the_pinned_version(clients: NodeClients, tmp_path: Path) -> None:
-    assert _claude(clients, tmp_path, "--version").startswith(pinned_version("@anthropic-ai/claude-code"))
+    assert _claude(clients, tmp_path, "--version").startswith(pinned_client_version("@anthropic-ai/claude-code"))
 
 
 async def test_claude_code_connects_with_a_bearer_header_and_needs_authentication_without(

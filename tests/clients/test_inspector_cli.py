@@ -1,5 +1,5 @@
-"""MCP Inspector's CLI (pinned in tests/clients/package.json) with ``--protocol-era modern`` and a bearer token:
-it lists the tools, creates a cart and views it by the handle it got back."""
+"""MCP Inspector's CLI (pinned in tests/support/npm/clients/package.json) with ``--protocol-era modern`` and a
+bearer token: it lists the tools, creates a cart and views it by the handle it got back."""
 
 import json
 import subprocess
@@ -7,18 +7,11 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-import pytest
-
-from tests.clients.node_clients import NodeClients, node_clients, pinned_version
 from tests.support.devidp import DevIdP
+from tests.support.node import NodeClients, pinned_client_version
 from tests.support.server import RunningServer
 
 TIMEOUT = 120
-
-
-@pytest.fixture(scope="module")
-def clients() -> NodeClients:
-    return node_clients()
 
 
 def _run_inspector(
@@ -48,7 +41,7 @@ def test_the_inspector_is_the_pinned_version(clients: NodeClients, tmp_path: Pat
         timeout=TIMEOUT,
         check=False,
     )
-    assert pinned_version("@modelcontextprotocol/inspector") in result.stdout + result.stderr
+    assert pinned_client_version("@modelcontextprotocol/inspector") in result.stdout + result.stderr
 
 
 async def test_the_inspector_cli_lists_tools_creates_a_cart_and_views_it_by_its_handle(

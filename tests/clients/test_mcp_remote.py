@@ -1,25 +1,19 @@
-"""``mcp-remote`` (pinned in tests/clients/package.json) bridges a stdio MCP client to Coatcheck over HTTP: the
-official SDK's stdio client runs the cart flow through it, with the bearer token in a header mcp-remote
-fills from an environment variable (so it is not on the command line)."""
+"""``mcp-remote`` (pinned in tests/support/npm/clients/package.json) bridges a stdio MCP client to Coatcheck over
+HTTP: the official SDK's stdio client runs the cart flow through it, with the bearer token in a header
+mcp-remote fills from an environment variable (so it is not on the command line)."""
 
 import uuid
 from pathlib import Path
 
 import anyio
-import pytest
 from mcp import Client, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
-from tests.clients.node_clients import NodeClients, node_clients
 from tests.support.devidp import DevIdP
+from tests.support.node import NodeClients
 from tests.support.server import RunningServer
 
 BOUND = 90.0
-
-
-@pytest.fixture(scope="module")
-def clients() -> NodeClients:
-    return node_clients()
 
 
 async def test_the_sdk_stdio_client_runs_the_cart_flow_through_mcp_remote(

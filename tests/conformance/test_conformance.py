@@ -15,9 +15,9 @@ from pathlib import Path
 import httpx2
 import pytest
 
-from tests.conformance.profiles import ProxiedServer
-from tests.conformance.suite import REVISION, describe, required_server_scenarios, run_suite
 from tests.support import figures
+from tests.support.conformance.profiles import ProxiedServer
+from tests.support.conformance.suite import REVISION, describe, required_server_scenarios, run_suite
 from tests.support.wire import post, response_message
 
 SECTION = "MCP conformance and interop"

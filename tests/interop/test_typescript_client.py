@@ -1,6 +1,6 @@
 """A second real client: the official TypeScript MCP client (``@modelcontextprotocol/client`` 2.x, Node).
 
-``ts_client.mjs`` drives ``coatcheck serve`` over HTTP with its own bearer token and prints a
+``tests/support/npm/interop/ts_client.mjs`` drives ``coatcheck serve`` over HTTP with its own bearer token and prints a
 transcript of what the client saw; the assertions live here. The checkout test uses the client's
 own multi-round-trip loop: the server's ``input_required`` result is answered by the elicitation
 handler the script registers, and the client retries with the answer and the echoed state.
@@ -16,14 +16,13 @@ from typing import Any
 
 import pytest
 
-from tests.conformance.node_tools import INTEROP_DIR, ensure_typescript_client
 from tests.support import figures
 from tests.support.devidp import DevIdP
+from tests.support.node import INTEROP_DIR, TS_CLIENT_SCRIPT, ensure_typescript_client
 from tests.support.server import RunningServer
 
 SECTION = "MCP conformance and interop"
 
-CLIENT_SCRIPT = INTEROP_DIR / "ts_client.mjs"
 CLIENT_TIMEOUT = 120.0
 CART_TOOLS = {"catalog_search", "cart_create", "cart_set_item", "cart_view", "cart_list", "cart_delete"}
 
@@ -40,7 +39,7 @@ async def _drive(
     started = time.monotonic()
     process = await asyncio.create_subprocess_exec(
         str(node),
-        str(CLIENT_SCRIPT),
+        str(TS_CLIENT_SCRIPT),
         scenario,
         env={**os.environ, "MCP_URL": server.mcp_url, "MCP_TOKEN": token},
         cwd=INTEROP_DIR,

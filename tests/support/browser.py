@@ -1,17 +1,22 @@
 """A person at a browser: headless Debian Chromium driven by Playwright, with its own cookie jar.
 
+``LinkOpener`` is that person's side of URL-mode elicitation, as an SDK client's elicitation callback.
+
 The ``chromium`` and ``browser_user`` fixtures are registered for the whole suite by tests/conftest.py
 (``pytest_plugins``), so the browser and deploy tests share one browser per run.
 
 Never ``playwright install``: the browser is the system package (``.ci/system-packages`` installs it).
 """
 
+import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
+from mcp.client import ClientRequestContext
+from mcp.types import ElicitRequestParams, ElicitRequestURLParams, ElicitResult
 from playwright.async_api import Browser, BrowserContext, Page, async_playwright
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -79,6 +84,27 @@ class BrowserUser:
 
 # What the ``browser_user`` fixture yields: ``await browser_user(username)``.
 BrowserUserFactory = Callable[[str], Awaitable["BrowserUser"]]
+
+
+class LinkOpener:
+    """The user's side of URL-mode elicitation: consent, then open the link in this person's browser (once)."""
+
+    def __init__(self, person: BrowserUser | None, answer: str = "accept") -> None:
+        self.person = person
+        self.answer = answer
+        self.urls: list[str] = []
+        self._landing: asyncio.Task[Landing] | None = None
+
+    async def __call__(self, _context: ClientRequestContext, params: ElicitRequestParams) -> ElicitResult:
+        assert isinstance(params, ElicitRequestURLParams), f"expected URL mode, got {params!r}"
+        self.urls.append(params.url)
+        if self.person is not None and self.answer == "accept" and self._landing is None:
+            self._landing = asyncio.create_task(self.person.open(params.url))
+        return ElicitResult(action=self.answer)  # type: ignore[arg-type]
+
+    async def landing(self) -> Landing:
+        assert self._landing is not None, "the link was never opened"
+        return await self._landing
 
 
 def _require_chromium() -> None:

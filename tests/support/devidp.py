@@ -6,24 +6,24 @@ injects token-endpoint faults.
 """
 
 import contextlib
-import fcntl
 import json
 import os
-import shutil
 import subprocess
 import tempfile
-import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import httpx2
 
+from tests.support.node import NodeToolsError, ensure_installed, system_node
+from tests.support.processes import answers_ok, stop_process
+from tests.support.waiting import wait_until
+
 DEVIDP_DIR = Path(__file__).resolve().parents[2] / "devidp"
 SERVER_SCRIPT = DEVIDP_DIR / "server.mjs"
 STARTUP_TIMEOUT = 30.0
 STOP_TIMEOUT = 10.0
-NPM_INSTALL_TIMEOUT = 300.0
 
 
 class DevIdPError(RuntimeError):
@@ -32,31 +32,10 @@ class DevIdPError(RuntimeError):
 
 def ensure_devidp_installed() -> None:
     """Run ``npm install`` in ``devidp/`` unless its dependencies are already there (a clean clone has none)."""
-    marker = DEVIDP_DIR / "node_modules" / "oidc-provider" / "package.json"
-    if marker.exists():
-        return
-    npm = shutil.which("npm")
-    if npm is None:
-        raise DevIdPError("npm is not on PATH; the dev IdP needs Node.js 20+ and npm")
-    # Several test processes may start at once: let one install while the others wait.
-    lock_path = Path(tempfile.gettempdir()) / "coatcheck-devidp-npm-install.lock"
-    with lock_path.open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if marker.exists():
-            return
-        result = subprocess.run(
-            [npm, "install", "--no-audit", "--no-fund"],
-            cwd=DEVIDP_DIR,
-            capture_output=True,
-            text=True,
-            timeout=NPM_INSTALL_TIMEOUT,
-            check=False,
-        )
-        if result.returncode != 0 or not marker.exists():
-            raise DevIdPError(
-                f"npm install in {DEVIDP_DIR} failed with exit code {result.returncode}\n"
-                f"--- stdout ---\n{result.stdout}\n--- stderr ---\n{result.stderr}"
-            )
+    try:
+        ensure_installed(DEVIDP_DIR, DEVIDP_DIR / "node_modules" / "oidc-provider" / "package.json")
+    except NodeToolsError as exc:
+        raise DevIdPError(str(exc)) from None
 
 
 def _raise_for_dev_endpoint(response: httpx2.Response) -> None:
@@ -150,27 +129,6 @@ class DevIdP:
         _raise_for_dev_endpoint(await self._request("POST", "/dev/faults", body))
 
 
-def _discovery_answers(issuer: str, process: subprocess.Popen[bytes]) -> bool:
-    if process.poll() is not None:
-        raise DevIdPError(f"the dev IdP exited with code {process.returncode} before it answered")
-    try:
-        response = httpx2.get(f"{issuer}/.well-known/openid-configuration", timeout=1.0)
-    except httpx2.HTTPError:
-        return False
-    return response.status_code == 200
-
-
-def _stop(process: subprocess.Popen[bytes]) -> None:
-    if process.poll() is not None:
-        return
-    process.terminate()
-    try:
-        process.wait(timeout=STOP_TIMEOUT)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
-
-
 @contextlib.contextmanager
 def start_devidp(
     *,
@@ -186,9 +144,10 @@ def start_devidp(
     Raises ``DevIdPError`` with the process's output if it exits or does not answer in time.
     """
     ensure_devidp_installed()
-    node = shutil.which("node")
-    if node is None:
-        raise DevIdPError("node is not on PATH; the dev IdP needs Node.js 20+")
+    try:
+        node = system_node()
+    except NodeToolsError as exc:
+        raise DevIdPError(str(exc)) from None
     issuer = f"http://127.0.0.1:{port}"
     inherited = {key: value for key, value in os.environ.items() if not key.startswith("DEVIDP_")}
     full_env = {
@@ -201,7 +160,7 @@ def start_devidp(
     }
     log = tempfile.NamedTemporaryFile(prefix="coatcheck-devidp-", suffix=".log", delete=False)  # noqa: SIM115
     process = subprocess.Popen(
-        [node, str(SERVER_SCRIPT)],
+        [str(node), str(SERVER_SCRIPT)],
         env=full_env,
         stdin=subprocess.DEVNULL,
         stdout=log,
@@ -210,18 +169,18 @@ def start_devidp(
     )
     idp = DevIdP(issuer=issuer, resources=tuple(resources), log_path=Path(log.name), process=process)
     try:
-        deadline = time.monotonic() + STARTUP_TIMEOUT
         try:
-            while not _discovery_answers(issuer, process):
-                if time.monotonic() > deadline:
-                    raise DevIdPError(f"the dev IdP did not answer at {issuer} within {STARTUP_TIMEOUT}s")
-                time.sleep(0.05)
-        except DevIdPError as exc:
-            _stop(process)
+            wait_until(
+                lambda: answers_ok(f"{issuer}/.well-known/openid-configuration", process),
+                timeout=STARTUP_TIMEOUT,
+                what=f"the dev IdP at {issuer}",
+            )
+        except (RuntimeError, TimeoutError) as exc:
+            stop_process(process, timeout=STOP_TIMEOUT)
             raise DevIdPError(f"{exc}\n--- devidp output ---\n{idp.log_text()}") from None
         yield idp
     finally:
-        _stop(process)
+        stop_process(process, timeout=STOP_TIMEOUT)
         log.close()
 
 

@@ -19,6 +19,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from tests.support.processes import stop_process
 from tests.support.waiting import free_port, wait_until
 
 HAPROXY = Path("/usr/sbin/haproxy")
@@ -131,10 +132,5 @@ def start_haproxy(servers: Mapping[str, int], *, check_interval_ms: int = 200) -
         wait_until(listening, timeout=STARTUP_TIMEOUT, what="haproxy's admin socket")
         yield balancer
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop_process(process, timeout=10)
         log.close()

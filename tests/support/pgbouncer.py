@@ -12,6 +12,7 @@ from pathlib import Path
 
 from sqlalchemy.engine import make_url
 
+from tests.support.processes import stop_process
 from tests.support.waiting import free_port, wait_until
 
 PGBOUNCER = "/usr/sbin/pgbouncer"
@@ -93,11 +94,6 @@ def run_pgbouncer(
             raise RuntimeError(f"{exc}\n--- pgbouncer log ---\n{running.log_text()}") from None
         yield running
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop_process(process, timeout=10)
         log.close()
         shutil.rmtree(workdir, ignore_errors=True)

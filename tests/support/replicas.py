@@ -4,20 +4,33 @@ Every replica of a deployment shares one ``PUBLIC_URL`` (the load balancer's) an
 each has its own port and log file, which accumulates across restarts.
 """
 
+import contextlib
 import os
+import secrets
+import shutil
 import signal as signals
 import subprocess
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 import httpx2
+import pytest
 
 from tests.support import figures
-from tests.support.devidp import DevIdP
-from tests.support.haproxy import Balancer
-from tests.support.pgbouncer import RunningPgBouncer
+from tests.support.devidp import (
+    DEMO_CLIENT_ID,
+    LOGIN_CLIENT_ID,
+    DevIdP,
+    demo_provider_config,
+    devidp_clients,
+    start_devidp,
+)
+from tests.support.haproxy import HAPROXY, Balancer, start_haproxy
+from tests.support.pgbouncer import PGBOUNCER, RunningPgBouncer, run_pgbouncer
+from tests.support.scratch import scratch_database
 from tests.support.waiting import free_port, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -128,3 +141,56 @@ class Deployment:
 
     async def tokens(self, prefix: str, count: int) -> list[str]:
         return [await self.idp.token(f"{prefix}-{n}", resource=self.mcp_url) for n in range(count)]
+
+
+@contextlib.contextmanager
+def start_deployment(admin_database_url: str, log_dir: Path) -> Iterator[Deployment]:
+    """compose.scale.yaml on real processes: ``REPLICAS`` behind HAProxy, PgBouncer in front of PostgreSQL.
+
+    Migrations go straight to PostgreSQL (a scratch database built by ``alembic upgrade head`` on a direct
+    connection, with the demo catalog); the replicas reach it only through PgBouncer in transaction-pooling
+    mode with ``DB_POOLER_MODE=transaction``. A dev IdP of its own knows the balancer's URL as the public
+    one, so the browser sign-in and the provider callbacks go through HAProxy too.
+    """
+    for binary in (HAPROXY, Path(PGBOUNCER)):
+        if not binary.exists():
+            pytest.fail(f"{binary} is missing: run .ci/system-packages (installs Debian's haproxy and pgbouncer)")
+    assert shutil.which("node"), "the dev IdP needs Node.js"
+    replicas = {name: Replica(name, log_dir, port=free_port()) for name in REPLICAS}
+    client_secrets = {LOGIN_CLIENT_ID: secrets.token_urlsafe(32), DEMO_CLIENT_ID: secrets.token_urlsafe(32)}
+    with (
+        scratch_database(admin_database_url, demo_catalog=True) as database_url,
+        run_pgbouncer(database_url, pool_size=BOUNCER_POOL) as bouncer,
+        start_haproxy({name: r.port for name, r in replicas.items()}) as balancer,
+    ):
+        public_url = balancer.url
+        clients = devidp_clients(public_url, client_secrets)
+        with start_devidp(port=free_port(), resources=[f"{public_url}/mcp"], clients=clients) as idp:
+            env = {
+                "DATABASE_URL": bouncer.url,
+                "DB_POOLER_MODE": "transaction",
+                "PUBLIC_URL": public_url,
+                "OIDC_ISSUER": idp.issuer,
+                # One key ring for every replica: any of them opens what another sealed.
+                "REQUEST_STATE_KEYS": secrets.token_urlsafe(32),
+                "TOKEN_ENCRYPTION_KEYS": secrets.token_urlsafe(32),
+                "OIDC_CLIENT_ID": LOGIN_CLIENT_ID,
+                "OIDC_CLIENT_SECRET": client_secrets[LOGIN_CLIENT_ID],
+                "PROVIDERS": demo_provider_config(idp.issuer),
+                "DEMO_CLIENT_SECRET": client_secrets[DEMO_CLIENT_ID],
+                "SHUTDOWN_DRAIN_SECONDS": str(DRAIN_SECONDS),
+                "FORWARDED_ALLOW_IPS": "127.0.0.1",  # HAProxy's X-Forwarded-For names the client
+                "DB_POOL_SIZE": str(POOL_SIZE),
+                "DB_MAX_OVERFLOW": str(MAX_OVERFLOW),
+            }
+            for replica in replicas.values():
+                replica.configure(env)
+            try:
+                with ThreadPoolExecutor(len(replicas)) as pool:
+                    list(pool.map(Replica.start, replicas.values()))
+                deployment = Deployment(balancer, bouncer, idp, replicas, database_url)
+                deployment.wait_all_up()
+                yield deployment
+            finally:
+                for replica in replicas.values():
+                    replica.ensure_stopped()

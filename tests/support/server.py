@@ -9,8 +9,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import httpx2
-
+from tests.support.processes import answers_ok, stop_process
 from tests.support.waiting import free_port, wait_until
 
 
@@ -28,15 +27,6 @@ class RunningServer:
 
     def log_text(self) -> str:
         return self.log_path.read_text(errors="replace")
-
-
-def _healthy(url: str, process: subprocess.Popen[bytes]) -> bool:
-    if process.poll() is not None:
-        raise RuntimeError(f"coatcheck serve exited with {process.returncode} before becoming healthy")
-    try:
-        return httpx2.get(f"{url}/healthz", timeout=1.0).status_code == 200
-    except httpx2.HTTPError:
-        return False
 
 
 @contextlib.contextmanager
@@ -65,15 +55,10 @@ def run_server(
     server = RunningServer(base_url=base_url, log_path=Path(log.name), process=process)
     try:
         try:
-            wait_until(lambda: _healthy(base_url, process), timeout=30, what=f"coatcheck on port {port}")
+            wait_until(lambda: answers_ok(f"{base_url}/healthz", process), timeout=30, what=f"coatcheck on port {port}")
         except (RuntimeError, TimeoutError) as exc:
             raise RuntimeError(f"{exc}\n--- server log ---\n{server.log_text()}") from None
         yield server
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop_process(process)
         log.close()

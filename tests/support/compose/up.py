@@ -35,6 +35,7 @@ from tests.support.compose.images import DOCKER_DEFAULT_PATH
 from tests.support.compose.postgres import LOCAL_POSTGRES, drop_database, postgres_env, provision
 from tests.support.compose.project import Project, Service, UnsupportedComposeError
 from tests.support.compose.staging import BuiltImage, build
+from tests.support.processes import stop_process
 from tests.support.waiting import wait_until
 
 __all__ = ["LOCAL_POSTGRES", "ComposeUp", "ComposeUpError", "RunningService", "compose_up", "unavailable_reason"]
@@ -290,14 +291,8 @@ class _Up:
     def stop(self) -> None:
         for running in reversed(list(self.running.values())):
             process = running.process
-            if process is None or process.poll() is not None:
-                continue
-            process.terminate()
-            try:
-                process.wait(timeout=STOP_TIMEOUT)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+            if process is not None:
+                stop_process(process, timeout=STOP_TIMEOUT)
         for database in self.databases:
             asyncio.run(drop_database(self.admin_dsn, database))
         for mountpoint in self.launcher.mountpoints_created:

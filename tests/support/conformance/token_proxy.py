@@ -13,7 +13,9 @@ the HTTP library refuses to send it); tests/api/test_transport_hardening.py cove
 against the server directly. Each forwarded exchange is appended to ``PROXY_EXCHANGE_LOG``
 (JSON lines) so tests can see what the server itself answered.
 
-Run: ``PROXY_UPSTREAM=http://127.0.0.1:8000 PROXY_BEARER_TOKEN=... python -m tests.conformance.token_proxy --port N``
+Run::
+
+    PROXY_UPSTREAM=http://127.0.0.1:8000 PROXY_BEARER_TOKEN=... python -m tests.support.conformance.token_proxy --port N
 """
 
 import argparse

@@ -1,6 +1,6 @@
 """Serve the conformance profile: the production app plus the conformance fixtures.
 
-Test-only entry point: ``python -m tests.conformance.serve_profile --port N``. It builds the app with
+Test-only entry point: ``python -m tests.support.conformance.serve_profile --port N``. It builds the app with
 the same factory, settings, auth, transport security and request-state sealing as ``coatcheck serve``
 and serves it with the same uvicorn configuration; the only difference is ``configure_mcp``,
 which registers the fixture tools, prompts and resources the conformance suite calls by name.
@@ -11,7 +11,7 @@ import argparse
 from api.app import create_app
 from api.cli import configure_logging, run_http_server
 from api.settings import Settings
-from tests.conformance.fixtures import register_conformance_fixtures
+from tests.support.conformance.fixtures import register_conformance_fixtures
 
 
 def main() -> None:

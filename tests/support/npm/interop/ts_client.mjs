@@ -1,6 +1,6 @@
 // Drives Coatcheck with the official TypeScript MCP client (@modelcontextprotocol/client 2.x).
 //
-// Test-only; run by tests/interop/test_typescript_client.py:
+// Test-only; run by tests/interop/test_typescript_client.py (installed with tests/support/node.py):
 //   MCP_URL=http://127.0.0.1:8000/mcp MCP_TOKEN=<bearer> node ts_client.mjs <scenario>
 // Scenarios: "cart-flow" (catalog and cart tools), "checkout" (the MRTR checkout rounds), and
 // "legacy-default" (the client's default options, which negotiate 2025-11-25 via initialize).

@@ -1,7 +1,7 @@
 """Fixture tools, prompts and resources that the MCP conformance suite calls by fixed names.
 
 Test-only. ``register_conformance_fixtures`` is passed as ``configure_mcp`` to the production
-``create_app`` by ``tests/conformance/serve_profile.py``; nothing under ``api/`` imports this
+``create_app`` by ``tests/support/conformance/serve_profile.py``; nothing under ``api/`` imports this
 module, so the production server never lists these names. Written from the scenario
 descriptions of ``@modelcontextprotocol/conformance`` (see /work/shared/reference §3f, §7).
 

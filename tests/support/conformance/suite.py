@@ -13,7 +13,7 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.conformance.node_tools import CONFORMANCE_CLI, CONFORMANCE_REQUIREMENTS, ensure_conformance_suite
+from tests.support.node import CONFORMANCE_CLI, CONFORMANCE_REQUIREMENTS, ensure_conformance_suite
 
 REVISION = "2026-07-28"
 SUITE_TIMEOUT = 600.0

@@ -1,9 +1,11 @@
-"""Run a Coatcheck process behind the test-only token proxy (``tests/conformance/token_proxy.py``).
+"""Run a Coatcheck process behind the test-only token proxy (``token_proxy.py`` beside this module).
 
-The proxy adds a real dev-IdP access token to
-every request and changes nothing else. The proxy's address is the server's ``PUBLIC_URL``, as it
-would be behind a real reverse proxy, so the Host/Origin allow-list the server derives from it is
-the one the suite's DNS-rebinding probes hit.
+Two profiles: ``CONFORMANCE_PROFILE`` (``serve_profile``: the production app factory plus the fixture
+tools the suite calls by name, served exactly like ``coatcheck serve``) and ``PRODUCTION_PROFILE``
+(``coatcheck serve`` itself). The proxy adds a real dev-IdP access token to every request and changes
+nothing else. The proxy's address is the server's ``PUBLIC_URL``, as it would be behind a real reverse
+proxy, so the Host/Origin allow-list the server derives from it is the one the suite's DNS-rebinding
+probes hit.
 """
 
 import contextlib
@@ -11,19 +13,21 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx2
-
 from tests.support.devidp import DevIdP
+from tests.support.processes import answers_ok, stop_process
 from tests.support.waiting import free_port, wait_until
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[3]
 STARTUP_TIMEOUT = 30.0
 STOP_TIMEOUT = 15.0
+
+CONFORMANCE_PROFILE = (sys.executable, "-m", "tests.support.conformance.serve_profile")
+PRODUCTION_PROFILE = (sys.executable, "-m", "api.cli", "serve")
 
 
 @dataclass(frozen=True)
@@ -50,30 +54,9 @@ class ProxiedServer:
         return self.server_log.read_text(errors="replace")
 
 
-def _stop(process: subprocess.Popen[bytes]) -> None:
-    if process.poll() is not None:
-        return
-    process.terminate()
-    try:
-        process.wait(timeout=STOP_TIMEOUT)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
-
-
-def _answers(url: str, *processes: subprocess.Popen[bytes]) -> bool:
-    for process in processes:
-        if process.poll() is not None:
-            raise RuntimeError(f"{process.args!r} exited with {process.returncode} before answering")
-    try:
-        return httpx2.get(url, timeout=1.0).status_code == 200
-    except httpx2.HTTPError:
-        return False
-
-
 @contextlib.contextmanager
 def run_behind_token_proxy(
-    server_command: list[str], server_env: dict[str, str], *, token: str, proxy_port: int, workdir: Path
+    server_command: Sequence[str], server_env: dict[str, str], *, token: str, proxy_port: int, workdir: Path
 ) -> Iterator[ProxiedServer]:
     """Start the server command on a free port and the token proxy on ``proxy_port`` in front of it."""
     upstream_port = free_port()
@@ -89,7 +72,7 @@ def run_behind_token_proxy(
             cwd=REPO_ROOT,
         )
         proxy = subprocess.Popen(
-            [sys.executable, "-m", "tests.conformance.token_proxy", "--port", str(proxy_port)],
+            [sys.executable, "-m", "tests.support.conformance.token_proxy", "--port", str(proxy_port)],
             env={
                 **os.environ,
                 "PROXY_UPSTREAM": f"http://127.0.0.1:{upstream_port}",
@@ -104,7 +87,7 @@ def run_behind_token_proxy(
         try:
             try:
                 wait_until(
-                    lambda: _answers(f"{public_url}/healthz", server, proxy),
+                    lambda: answers_ok(f"{public_url}/healthz", server, proxy),
                     timeout=STARTUP_TIMEOUT,
                     what=f"{server_command!r} behind the token proxy",
                 )
@@ -113,10 +96,21 @@ def run_behind_token_proxy(
             exchange_log.unlink(missing_ok=True)  # keep only what the tests send
             yield running
         finally:
-            _stop(proxy)
-            _stop(server)
+            stop_process(proxy, timeout=STOP_TIMEOUT)
+            stop_process(server, timeout=STOP_TIMEOUT)
 
 
 async def proxy_token(devidp: DevIdP, public_url: str) -> str:
-    # A token the dev IdP signs for the MCP resource as clients see it: the proxy's URL.
+    """A token the dev IdP signs for the MCP resource as clients see it: the proxy's URL."""
     return await devidp.token("conformance-suite", resource=devidp.resources[0], audience=f"{public_url}/mcp")
+
+
+@contextlib.asynccontextmanager
+async def proxied_profile(
+    profile: Sequence[str], server_env: dict[str, str], devidp: DevIdP, workdir: Path
+) -> AsyncIterator[ProxiedServer]:
+    """``profile`` (``CONFORMANCE_PROFILE`` or ``PRODUCTION_PROFILE``) behind the token proxy on a free port."""
+    proxy_port = free_port()
+    token = await proxy_token(devidp, f"http://127.0.0.1:{proxy_port}")
+    with run_behind_token_proxy(profile, server_env, token=token, proxy_port=proxy_port, workdir=workdir) as running:
+        yield running

@@ -27,10 +27,6 @@ from tests.support.jose import verify_jwt
 from tests.support.oauth import LOGIN_FORM, MemoryTokenStorage, Pkce, sign_in, token_request
 from tests.support.waiting import free_port
 
-# Explicit re-exports only for tests/api/test_token_refresh.py, which still imports these from here; once it
-# imports them from tests.support.oauth, delete this block.
-__all__ = ["Pkce", "sign_in", "token_request"]
-
 RESOURCE = "http://localhost:8123/mcp"
 OTHER_RESOURCE = "http://localhost:8124/other"
 CONFIDENTIAL_ID = "demo-upstream"

@@ -6,46 +6,21 @@ once a tracer provider exists, including one installed after the server was buil
 """
 
 import json
-import secrets
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 from typing import Annotated, Any
 
-import httpx2
 from mcp.server.context import CallNext, ServerRequestContext
 from mcp.server.mcpserver import MCPServer
 from mcp.shared.inbound import validate_mcp_param_headers
 from pydantic import Field
 
 from api.mcp.sdk_hooks import McpParamSchemas, SpansWhileTracing
-from api.mcp.server import build_mcp_server
-from api.oauth.setup import build_connections
-from api.settings import Settings
-from store.db import Database
+from tests.support.inprocess import production_mcp_server
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-class _NoVerifier:
-    async def verify_token(self, token: str) -> None:
-        return None
-
-
-def _production_server() -> MCPServer:
-    settings = Settings.from_env(
-        database_url="postgresql://coatcheck@127.0.0.1:5432/unused",  # never connected to here
-        public_url="http://127.0.0.1:9",
-        oidc_issuer="http://127.0.0.1:9/idp",
-        request_state_keys=secrets.token_urlsafe(32),
-        token_encryption_keys=secrets.token_urlsafe(32),
-        oidc_client_id="coatcheck-test",
-        oidc_client_secret=secrets.token_urlsafe(32),
-    )
-    database = Database.connect(settings.database_url)
-    connections = build_connections(settings, database, httpx2.AsyncClient())  # never called here
-    return build_mcp_server(settings, database, _NoVerifier(), connections)  # type: ignore[arg-type]
 
 
 def _lookup(mcp: MCPServer) -> McpParamSchemas:
@@ -64,7 +39,7 @@ STRAY_HEADERS = {"mcp-method": "tools/call", "mcp-param-cart": "cart_other", "mc
 
 
 async def test_no_coatcheck_tool_has_its_schema_walked_and_the_sdk_would_not_have_rejected_anything() -> None:
-    mcp = _production_server()
+    mcp = production_mcp_server()
     lookup = _lookup(mcp)
     tools = await mcp.list_tools()
     assert len(tools) >= 5
@@ -75,7 +50,7 @@ async def test_no_coatcheck_tool_has_its_schema_walked_and_the_sdk_would_not_hav
 
 
 async def test_a_tool_that_declares_an_mcp_param_header_keeps_the_sdks_validation() -> None:
-    mcp = _production_server()
+    mcp = production_mcp_server()
     _region_tool(mcp)
     schema = _lookup(mcp)("regional")
     assert schema is not None
@@ -86,7 +61,7 @@ async def test_a_tool_that_declares_an_mcp_param_header_keeps_the_sdks_validatio
 
 
 async def test_a_re_registered_tool_is_judged_by_its_new_schema() -> None:
-    mcp = _production_server()
+    mcp = production_mcp_server()
     lookup = _lookup(mcp)
     assert lookup("cart_view") is None
     mcp.remove_tool("cart_view")
@@ -125,7 +100,7 @@ RECORDING_PROVIDER = textwrap.dedent(
     """
     import asyncio, json, sys
     from opentelemetry import trace
-    from tests.api.test_sdk_hooks import _production_server
+    from tests.support.inprocess import production_mcp_server
     from mcp import Client
 
     names = []
@@ -140,7 +115,7 @@ RECORDING_PROVIDER = textwrap.dedent(
             return RecordingTracer()
 
     async def main():
-        mcp = _production_server()  # built before the provider exists, as with a late instrumentation
+        mcp = production_mcp_server()  # built before the provider exists, as with a late instrumentation
         async with Client(mcp) as client:
             await client.list_tools()
             before = list(names)

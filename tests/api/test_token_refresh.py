@@ -29,9 +29,9 @@ from store.principal import Principal
 from store.token_refresh import claim_refresh
 from store.vault import TokenSet, VaultRepository
 from tests.support.devidp import DEMO_CLIENT_ID, DevIdP, demo_provider_config
+from tests.support.oauth import demo_provider_tokens, token_request
 from tests.support.sql import recorded_statements
 from tests.support.waiting import eventually
-from tests.test_devidp import Pkce, sign_in, token_request
 
 KEY = b"test-refresh-key-" + b"r" * 20 + b"-0123456789"
 OTHER = b"other-refresh-key-" + b"o" * 20 + b"-ABCDEFGHIJ"
@@ -319,27 +319,6 @@ class HoldsRefreshAnswers(httpx2.AsyncBaseTransport):
         await self._real.aclose()
 
 
-def _real_grant(devidp: DevIdP, public_url: str, secret: str, username: str) -> dict[str, str]:
-    """Tokens the dev IdP issued to the "demo" client for ``username`` (the code flow, without a browser)."""
-    redirect_uri = f"{public_url}/oauth/callback"
-    pkce = Pkce.new()
-    with httpx2.Client(follow_redirects=False, timeout=10.0) as browser:
-        returned = sign_in(
-            devidp,
-            browser,
-            client_id=DEMO_CLIENT_ID,
-            redirect_uri=redirect_uri,
-            username=username,
-            scope="openid profile email offline_access",
-            pkce=pkce,
-            resource=None,
-        )
-    data = {"grant_type": "authorization_code", "code": returned["code"], "redirect_uri": redirect_uri}
-    response = token_request(devidp, {**data, "code_verifier": pkce.verifier}, auth=(DEMO_CLIENT_ID, secret))
-    assert response.status_code == 200, response.text
-    return dict(response.json())
-
-
 def _introspect(devidp: DevIdP, token: str, secret: str) -> dict[str, Any]:
     endpoint = httpx2.get(f"{devidp.issuer}/.well-known/openid-configuration", timeout=10.0).json()[
         "introspection_endpoint"
@@ -354,7 +333,7 @@ async def test_a_refresh_in_flight_at_disconnect_returns_nothing_stores_nothing_
 ) -> None:
     secret = oauth_client_secrets[DEMO_CLIENT_ID]
     owner = Principal(devidp.issuer, f"leaving-{uuid.uuid4().hex[:8]}")
-    issued = await asyncio.to_thread(_real_grant, devidp, public_url, secret, owner.subject)
+    issued = await asyncio.to_thread(demo_provider_tokens, devidp, public_url, secret, owner.subject)
     await _save(
         database,
         owner,

@@ -9,6 +9,7 @@ and interop tests keep a real ``coatcheck serve`` (tests/support/server.py).
 import asyncio
 import contextlib
 import os
+import secrets
 from collections.abc import AsyncIterator, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -17,9 +18,13 @@ import httpx2
 from litestar import Litestar
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
+from mcp.server.mcpserver import MCPServer
 
 from api.app import create_app
+from api.mcp.server import build_mcp_server
+from api.oauth.setup import build_connections
 from api.settings import Settings
+from store.db import Database
 
 
 @contextlib.contextmanager
@@ -98,3 +103,27 @@ async def started_app(settings: Settings, **create_app_options: Any) -> AsyncIte
     finally:
         stop.set()
         await task
+
+
+class _NoVerifier:
+    async def verify_token(self, token: str) -> None:
+        return None
+
+
+def production_mcp_server() -> MCPServer[Any]:
+    """The MCP server ``create_app`` would build, with every tool, but no database, IdP or network behind it.
+
+    For tests of what the server advertises or how the SDK's hooks treat its tools; nothing here connects.
+    """
+    settings = Settings.from_env(
+        database_url="postgresql://coatcheck@127.0.0.1:5432/unused",  # never connected to here
+        public_url="http://127.0.0.1:9",
+        oidc_issuer="http://127.0.0.1:9/idp",
+        request_state_keys=secrets.token_urlsafe(32),
+        token_encryption_keys=secrets.token_urlsafe(32),
+        oidc_client_id="coatcheck-test",
+        oidc_client_secret=secrets.token_urlsafe(32),
+    )
+    database = Database.connect(settings.database_url)
+    connections = build_connections(settings, database, httpx2.AsyncClient())  # never called here
+    return build_mcp_server(settings, database, _NoVerifier(), connections)  # type: ignore[arg-type]

@@ -20,12 +20,10 @@ import pytest
 from mcp import Client
 from sqlalchemy.engine import make_url
 
-from store.db import Database
-from store.demo import seed_demo_catalog
-from store.migrations import upgrade
 from tests.support.devidp import DevIdP
 from tests.support.mcp_client import call_ok, connect
 from tests.support.mrtr import another_instance
+from tests.support.scratch import scratch_database
 from tests.support.server import RunningServer
 from tests.support.waiting import eventually, wait_until
 from tests.support.wire import modern_request
@@ -40,35 +38,8 @@ def _dsn(url: str) -> str:
 @pytest.fixture(scope="module")
 def own_database_url(admin_database_url: str) -> Iterator[str]:
     """A fresh, migrated, seeded database used by one server only."""
-    name = f"coatcheck_pool_{uuid.uuid4().hex[:10]}"
-
-    async def create() -> None:
-        admin = await asyncpg.connect(_dsn(admin_database_url))
-        try:
-            await admin.execute(f'CREATE DATABASE "{name}"')
-        finally:
-            await admin.close()
-
-    async def seed(url: str) -> None:
-        database = Database.connect(url)
-        try:
-            await seed_demo_catalog(database)
-        finally:
-            await database.dispose()
-
-    async def drop() -> None:
-        admin = await asyncpg.connect(_dsn(admin_database_url))
-        try:
-            await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        finally:
-            await admin.close()
-
-    asyncio.run(create())
-    url = make_url(admin_database_url).set(database=name).render_as_string(hide_password=False)
-    upgrade(url)
-    asyncio.run(seed(url))
-    yield url
-    asyncio.run(drop())
+    with scratch_database(admin_database_url, prefix="coatcheck_pool", demo_catalog=True) as url:
+        yield url
 
 
 @pytest.fixture(scope="module")

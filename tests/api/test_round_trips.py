@@ -6,29 +6,25 @@ logged step of a call comes from that one session, and a warm call's log is the 
 prepare shows up as a ``parse``, a pool ``ROLLBACK`` on return or a ``BEGIN``/``COMMIT`` as a ``statement``.
 """
 
-import asyncio
 import uuid
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
-import asyncpg  # type: ignore[import-untyped]
 import pytest
 from mcp import Client
 from mcp.types import CallToolResult, InputRequiredResult
 from sqlalchemy import text
-from sqlalchemy.engine import make_url
 
 from store.carts import CartRepository
 from store.db import Database
-from store.demo import seed_demo_catalog
-from store.migrations import upgrade
 from store.principal import Principal
 from tests.support.devidp import DevIdP
 from tests.support.inprocess import InProcessApp, settings_from, started_app
 from tests.support.mcp_client import call_ok, text_of
 from tests.support.mrtr import ScriptedUser, confirms
 from tests.support.private_postgres import LoggedMessage, PrivatePostgres, private_postgres
+from tests.support.scratch import scratch_database
 
 
 @pytest.fixture(scope="module")
@@ -38,26 +34,9 @@ def logged_cluster() -> Iterator[PrivatePostgres]:
 
 
 @pytest.fixture(scope="module")
-def logged_database_url(logged_cluster: PrivatePostgres) -> str:
-    async def create() -> None:
-        admin = await asyncpg.connect(logged_cluster.url)
-        try:
-            await admin.execute("CREATE DATABASE coatcheck")
-        finally:
-            await admin.close()
-
-    async def seed(url: str) -> None:
-        database = Database.connect(url)
-        try:
-            await seed_demo_catalog(database)
-        finally:
-            await database.dispose()
-
-    asyncio.run(create())
-    url = make_url(logged_cluster.url).set(database="coatcheck").render_as_string(hide_password=False)
-    upgrade(url)
-    asyncio.run(seed(url))
-    return url
+def logged_database_url(logged_cluster: PrivatePostgres) -> Iterator[str]:
+    with scratch_database(logged_cluster.url, prefix="coatcheck_logged", demo_catalog=True) as url:
+        yield url
 
 
 @pytest.fixture(scope="module")

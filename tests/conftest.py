@@ -28,8 +28,8 @@ from tests.support.devidp import (
     DEMO_CLIENT_ID,
     LOGIN_CLIENT_ID,
     DevIdP,
-    demo_provider_config,
     devidp_clients,
+    server_environment,
     start_devidp,
 )
 from tests.support.embedded_postgres import embedded_postgres
@@ -143,17 +143,14 @@ def server_env(
     oauth_client_secrets: dict[str, str],
 ) -> dict[str, str]:
     """The environment a production server runs with in these tests: the required settings plus the demo provider."""
-    return {
-        "DATABASE_URL": database_url,
-        "PUBLIC_URL": public_url,
-        "OIDC_ISSUER": devidp.issuer,
-        "REQUEST_STATE_KEYS": request_state_keys,
-        "TOKEN_ENCRYPTION_KEYS": token_encryption_keys,
-        "OIDC_CLIENT_ID": LOGIN_CLIENT_ID,
-        "OIDC_CLIENT_SECRET": oauth_client_secrets[LOGIN_CLIENT_ID],
-        "PROVIDERS": demo_provider_config(devidp.issuer),
-        "DEMO_CLIENT_SECRET": oauth_client_secrets[DEMO_CLIENT_ID],
-    }
+    return server_environment(
+        database_url=database_url,
+        public_url=public_url,
+        idp=devidp,
+        client_secrets=oauth_client_secrets,
+        request_state_keys=request_state_keys,
+        token_encryption_keys=token_encryption_keys,
+    )
 
 
 @pytest.fixture(scope="session")

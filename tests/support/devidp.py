@@ -224,3 +224,26 @@ def demo_provider_config(issuer: str) -> str:
             }
         }
     )
+
+
+def server_environment(
+    *,
+    database_url: str,
+    public_url: str,
+    idp: DevIdP,
+    client_secrets: dict[str, str],
+    request_state_keys: str,
+    token_encryption_keys: str,
+) -> dict[str, str]:
+    """The required settings of a server that logs browsers in at ``idp`` and offers it as the "demo" provider."""
+    return {
+        "DATABASE_URL": database_url,
+        "PUBLIC_URL": public_url,
+        "OIDC_ISSUER": idp.issuer,
+        "REQUEST_STATE_KEYS": request_state_keys,
+        "TOKEN_ENCRYPTION_KEYS": token_encryption_keys,
+        "OIDC_CLIENT_ID": LOGIN_CLIENT_ID,
+        "OIDC_CLIENT_SECRET": client_secrets[LOGIN_CLIENT_ID],
+        "PROVIDERS": demo_provider_config(idp.issuer),
+        "DEMO_CLIENT_SECRET": client_secrets[DEMO_CLIENT_ID],
+    }

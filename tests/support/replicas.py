@@ -24,8 +24,8 @@ from tests.support.devidp import (
     DEMO_CLIENT_ID,
     LOGIN_CLIENT_ID,
     DevIdP,
-    demo_provider_config,
     devidp_clients,
+    server_environment,
     start_devidp,
 )
 from tests.support.haproxy import HAPROXY, Balancer, start_haproxy
@@ -167,17 +167,16 @@ def start_deployment(admin_database_url: str, log_dir: Path) -> Iterator[Deploym
         clients = devidp_clients(public_url, client_secrets)
         with start_devidp(port=free_port(), resources=[f"{public_url}/mcp"], clients=clients) as idp:
             env = {
-                "DATABASE_URL": bouncer.url,
+                **server_environment(
+                    database_url=bouncer.url,
+                    public_url=public_url,
+                    idp=idp,
+                    client_secrets=client_secrets,
+                    # One key ring for every replica: any of them opens what another sealed.
+                    request_state_keys=secrets.token_urlsafe(32),
+                    token_encryption_keys=secrets.token_urlsafe(32),
+                ),
                 "DB_POOLER_MODE": "transaction",
-                "PUBLIC_URL": public_url,
-                "OIDC_ISSUER": idp.issuer,
-                # One key ring for every replica: any of them opens what another sealed.
-                "REQUEST_STATE_KEYS": secrets.token_urlsafe(32),
-                "TOKEN_ENCRYPTION_KEYS": secrets.token_urlsafe(32),
-                "OIDC_CLIENT_ID": LOGIN_CLIENT_ID,
-                "OIDC_CLIENT_SECRET": client_secrets[LOGIN_CLIENT_ID],
-                "PROVIDERS": demo_provider_config(idp.issuer),
-                "DEMO_CLIENT_SECRET": client_secrets[DEMO_CLIENT_ID],
                 "SHUTDOWN_DRAIN_SECONDS": str(DRAIN_SECONDS),
                 "FORWARDED_ALLOW_IPS": "127.0.0.1",  # HAProxy's X-Forwarded-For names the client
                 "DB_POOL_SIZE": str(POOL_SIZE),

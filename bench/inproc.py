@@ -196,9 +196,10 @@ def main() -> None:
     args = parser.parse_args()
     admin_url = os.environ.get("TEST_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
     port = free_port()
-    with bench_database(admin_url) as url, start_devidp(
-        port=free_port(), resources=[f"http://127.0.0.1:{port}/mcp"]
-    ) as idp:
+    with (
+        bench_database(admin_url) as url,
+        start_devidp(port=free_port(), resources=[f"http://127.0.0.1:{port}/mcp"]) as idp,
+    ):
         token = asyncio.run(idp.token("bench-user", resource=f"http://127.0.0.1:{port}/mcp"))
         assert make_url(url).database
         httpx.get(idp.issuer + "/.well-known/openid-configuration", timeout=5).raise_for_status()

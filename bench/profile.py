@@ -80,8 +80,10 @@ CALLS: list[tuple[str, Callable[[Frame], bool]]] = [
     # SQLAlchemy runs its core in a greenlet, whose samples do not show the calling frames: its time is in
     # the SQLAlchemy layer above, not in these two.
     ("  unit of work (store/db.py: checkout, statements, return)", lambda f: f.path == STORE + "db.py"),
-    ("  result building (convert_result, compact, output models)", lambda f: f.name in {"convert_result", "compact"}
-     or f.path == API + "mcp/schemas.py"),
+    (
+        "  result building (convert_result, compact, output models)",
+        lambda f: f.name in {"convert_result", "compact"} or f.path == API + "mcp/schemas.py",
+    ),
 ]
 
 

@@ -32,6 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 ISSUER = "http://localhost:9400"
 SCRIPT_TIMEOUT = 90.0
 
+
 @pytest.fixture(scope="module")
 def up(admin_database_url: str) -> Iterator[ComposeUp]:
     reason = unavailable_reason()

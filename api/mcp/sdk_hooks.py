@@ -81,9 +81,7 @@ class McpParamSchemas:
 
 def install(mcp: MCPServer) -> None:
     """Put both hooks on ``mcp`` (call once, after constructing it)."""
-    mcp.middleware[:] = [
-        SpansWhileTracing(m) if isinstance(m, OpenTelemetryMiddleware) else m for m in mcp.middleware
-    ]
+    mcp.middleware[:] = [SpansWhileTracing(m) if isinstance(m, OpenTelemetryMiddleware) else m for m in mcp.middleware]
     lowlevel = mcp._lowlevel_server  # the hook lives on the low-level server; MCPServer has no accessor in 2.3
     if lowlevel.get_tool_input_schema is not None:
         lowlevel.get_tool_input_schema = McpParamSchemas(lowlevel.get_tool_input_schema)

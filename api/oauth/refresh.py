@@ -165,9 +165,7 @@ class TokenRefresher:
             # the lease over after ours ran out) makes the stored tokens the answer; a connection that was
             # disconnected (or re-created, or flagged) meanwhile must not get tokens back.
             current = await read_for_refresh(conn, self.cipher, principal, provider, skew=self.skew)
-            superseded = (
-                current is not None and current.entry.row_id == lease.row_id and current.status == "connected"
-            )
+            superseded = current is not None and current.entry.row_id == lease.row_id and current.status == "connected"
             if superseded:
                 await AuditRepository(conn).record(
                     principal, "refresh", provider=provider, outcome="lease_lost", detail="superseded"

@@ -26,9 +26,9 @@ class Product(Base):
     __table_args__ = (
         CheckConstraint("unit_price_cents >= 0", name="price_not_negative"),
         CheckConstraint("currency ~ '^[A-Z]{3}$'", name="currency_iso"),
-        # sku prefixes as a range scan whatever the database collation (store/catalog.py). The migration
-        # creates it on (sku COLLATE "C"); reflection does not report index collations, so none is spelled here.
-        Index("ix_product_sku_prefix", "sku"),
+        # sku prefixes as a range scan whatever the database collation (store/catalog.py): byte order.
+        # Alembic's comparison cannot see an index collation; tests/store/test_migrations.py checks it.
+        Index("ix_product_sku_prefix", text('sku COLLATE "C"')),
         # Substring search; needs pg_trgm, which the migration installs when the server offers it.
         Index(
             "ix_product_search_trgm",

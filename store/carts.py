@@ -114,7 +114,10 @@ _VIEW = (
 # lock), the recheck fails, nothing is written, and set_item reads again. So what the checks and the
 # reply saw is exactly the cart the write applied to. The checks cost O(1) in the number of lines:
 # one other line's currency stands for all (every write keeps a cart to one currency), the line being
-# set is found by its primary key, and the cap counts the lines the reply lists anyway.
+# set is found by its primary key, and the cap counts the lines the reply lists anyway. `chosen` and
+# `others` join the product, which is always there: fk_cart_item_sku_product refuses to delete a product
+# any cart line names, and nothing else takes one out of the catalog (tests/store/test_carts.py). If
+# products could ever leave, removing such a line (quantity 0 needs `chosen`) and the reply would break.
 _SET_ITEM = text(
     """
 WITH args AS (

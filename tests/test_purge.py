@@ -199,8 +199,8 @@ def test_two_purges_at_once_delete_every_row_exactly_once_without_errors(scratch
                 )
                 await conn.execute(
                     text(
-                        "INSERT INTO cart (handle, principal_iss, principal_sub, updated_at) "
-                        "SELECT 'cart_' || lpad(n::text, 32, '0'), 'https://issuer.test', 'u', "
+                        "INSERT INTO cart (handle, principal_iss, principal_sub, open_slot, updated_at) "
+                        "SELECT 'cart_' || lpad(n::text, 32, '0'), 'https://issuer.test', 'u', n, "
                         "now() - interval '40 days' FROM generate_series(1, :n) AS n"
                     ),
                     {"n": rows["cart"]},

@@ -26,9 +26,9 @@ class Product(Base):
     __table_args__ = (
         CheckConstraint("unit_price_cents >= 0", name="price_not_negative"),
         CheckConstraint("currency ~ '^[A-Z]{3}$'", name="currency_iso"),
-        # sku prefixes as a range scan whatever the database collation (store/catalog.py). The migration
-        # creates it on (sku COLLATE "C"); reflection does not report index collations, so none is spelled here.
-        Index("ix_product_sku_prefix", "sku"),
+        # sku prefixes as a range scan whatever the database collation (store/catalog.py): byte order.
+        # Alembic's comparison cannot see an index collation; tests/store/test_migrations.py checks it.
+        Index("ix_product_sku_prefix", text('sku COLLATE "C"')),
         # Substring search; needs pg_trgm, which the migration installs when the server offers it.
         Index(
             "ix_product_search_trgm",
@@ -53,6 +53,8 @@ class Cart(Base):
     __table_args__ = (
         CheckConstraint("status IN ('open', 'checked_out')", name="status_known"),
         CheckConstraint("version >= 1", name="version_positive"),
+        # An open cart without a slot would escape MAX_OPEN_CARTS (store/carts.py, cart_create).
+        CheckConstraint("status <> 'open' OR open_slot IS NOT NULL", name="open_holds_slot"),
         # cart_list pages: keyset (created_at, handle) under the principal (store/paging.py).
         Index("ix_cart_principal_page", "principal_iss", "principal_sub", "created_at", "handle"),
         Index("ix_cart_updated_at", "updated_at"),  # the retention purge
@@ -85,7 +87,7 @@ class Cart(Base):
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
     # The client-chosen key of the cart_create that made this cart; honoured for IDEMPOTENCY_KEY_TTL_SECONDS.
     idempotency_key: Mapped[str | None] = mapped_column(String(100))
-    # 1..MAX_OPEN_CARTS while the cart is open; unique among the owner's open carts.
+    # 1..MAX_OPEN_CARTS while the cart is open (never NULL then); unique among the owner's open carts.
     open_slot: Mapped[int | None] = mapped_column(Integer)
 
 

@@ -9,11 +9,12 @@ from datetime import timedelta
 import pytest
 from sqlalchemy import text
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import IntegrityError
 
 from store.carts import CartRepository
 from store.db import Database
 from store.errors import Conflict
-from store.migrations import upgrade
+from store.migrations import downgrade, upgrade
 from store.orders import OrderReceipt, OrderRepository
 from store.principal import Principal
 from tests.support.databases import create_database, drop_database
@@ -218,5 +219,71 @@ def test_the_migration_gives_existing_open_carts_their_slots_oldest_first(admin_
             ("cart_c", "open", 2),
             ("cart_d", "open", 1),
         ]
+    finally:
+        asyncio.run(drop_database(admin_database_url, name))
+
+
+def test_open_carts_an_older_replica_left_without_a_slot_take_free_slots_and_count_against_the_cap(
+    admin_database_url: str,
+) -> None:
+    name = f"coatcheck_slots_{uuid.uuid4().hex[:10]}"
+    asyncio.run(create_database(admin_database_url, name))
+    url = make_url(admin_database_url).set(database=name).render_as_string(hide_password=False)
+    alice = Principal("i", "alice")
+    # As a1b2c3d40005's code wrote them (cart_c's slot 2 was freed by its checkout), and as the code before it
+    # went on writing them during that rollout: no slot.
+    slotted = (
+        "INSERT INTO cart (handle, principal_iss, principal_sub, status, open_slot, created_at) "
+        "VALUES ('cart_a', 'i', 'alice', 'open', 1, now() - interval '6 s'), "
+        "('cart_b', 'i', 'alice', 'open', 3, now() - interval '5 s'), "
+        "('cart_c', 'i', 'alice', 'checked_out', 2, now() - interval '4 s')"
+    )
+    slotless = (
+        "INSERT INTO cart (handle, principal_iss, principal_sub, status, created_at) "
+        "VALUES ('cart_d', 'i', 'alice', 'open', now() - interval '3 s'), "
+        "('cart_e', 'i', 'alice', 'open', now() - interval '2 s'), "
+        "('cart_f', 'i', 'alice', 'checked_out', now() - interval '1 s'), "
+        "('cart_g', 'i', 'bob', 'open', now())"
+    )
+
+    async def run(*statements: str) -> list[tuple[str, str, int | None]]:
+        db = Database.connect(url)
+        try:
+            async with db.transaction() as conn:
+                for statement in statements:
+                    await conn.execute(text(statement))
+                rows = await conn.execute(text("SELECT handle, status, open_slot FROM cart ORDER BY handle"))
+                return [(handle, status, slot) for handle, status, slot in rows]
+        finally:
+            await db.dispose()
+
+    async def outcome(max_open: int) -> str:
+        db = Database.connect(url)
+        try:
+            return await _outcome(db, alice, max_open=max_open)
+        finally:
+            await db.dispose()
+
+    try:
+        upgrade(url, MIGRATION)
+        asyncio.run(run(slotted, slotless))
+        upgrade(url)
+        assert (asyncio.run(outcome(max_open=4))).startswith("refused: you already have 4 open carts")
+        assert asyncio.run(run()) == [
+            ("cart_a", "open", 1),
+            ("cart_b", "open", 3),
+            ("cart_c", "checked_out", 2),
+            ("cart_d", "open", 2),
+            ("cart_e", "open", 4),
+            ("cart_f", "checked_out", None),
+            ("cart_g", "open", 1),
+        ]
+        assert (asyncio.run(outcome(max_open=5))).startswith("cart_")
+        with pytest.raises(IntegrityError, match="ck_cart_open_holds_slot"):
+            asyncio.run(run("INSERT INTO cart (handle, principal_iss, principal_sub) VALUES ('cart_h', 'i', 'carol')"))
+        downgrade(url, MIGRATION)
+        assert ("cart_h", "open", None) in asyncio.run(
+            run("INSERT INTO cart (handle, principal_iss, principal_sub) VALUES ('cart_h', 'i', 'carol')")
+        )
     finally:
         asyncio.run(drop_database(admin_database_url, name))

@@ -4,6 +4,8 @@ import asyncio
 from collections.abc import Callable
 
 import pytest
+from sqlalchemy import text
+from sqlalchemy.exc import DBAPIError
 
 from store.carts import CartRepository
 from store.db import Database
@@ -55,6 +57,22 @@ async def test_quantity_zero_removes_the_line(database: Database, new_principal:
         cart = await carts.set_item(owner, handle, "hat-beanie", 0)
     assert [(i.sku, i.quantity) for i in cart.items] == [("brush-lint", 2)]
     assert cart.total_cents == 1400
+
+
+async def test_a_product_on_a_cart_line_cannot_leave_the_catalog_so_the_line_can_always_be_removed(
+    database: Database, new_principal: Callable[[], Principal]
+) -> None:
+    # Nothing in the code deletes or hides products; an operator's DELETE is what could. The cart queries
+    # price lines by joining the product (store/carts.py), so they rely on this foreign key.
+    owner = new_principal()
+    handle = await _new_cart(database, owner)
+    async with database.transaction() as conn:
+        await CartRepository(conn).set_item(owner, handle, "brush-lint", 2)
+        with pytest.raises(DBAPIError, match="fk_cart_item_sku_product"):
+            async with conn.begin_nested():
+                await conn.execute(text("DELETE FROM product WHERE sku = 'brush-lint'"))
+        cart = await CartRepository(conn).set_item(owner, handle, "brush-lint", 0)
+    assert (cart.version, cart.items) == (3, [])
 
 
 @pytest.mark.parametrize("quantity", [-1, 1000])

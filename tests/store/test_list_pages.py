@@ -106,9 +106,9 @@ def crowded_database(admin_database_url: str) -> Iterator[str]:
                     )
                     await conn.execute(
                         text(
-                            "INSERT INTO cart (handle, principal_iss, principal_sub, created_at) "
+                            "INSERT INTO cart (handle, principal_iss, principal_sub, open_slot, created_at) "
                             "SELECT 'cart_' || lpad(i::text, 32, '0'), 'https://issuer.test', "
-                            "CASE WHEN i <= 2000 THEN 'heavy' ELSE 'other-' || (i % 1000) END, "
+                            "CASE WHEN i <= 2000 THEN 'heavy' ELSE 'other-' || (i % 1000) END, i, "
                             "now() - i * interval '1 second' FROM generate_series(1, 102000) i"
                         )
                     )

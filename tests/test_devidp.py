@@ -96,6 +96,77 @@ def unique_user() -> str:
     return f"dev-{uuid.uuid4().hex[:8]}"
 
 
+@dataclass(frozen=True)
+class CodeExchange:
+    """One authorization-code flow: what the redirect carried, the PKCE verifier, and the token endpoint's answer."""
+
+    returned: dict[str, str]
+    verifier: str
+    response: httpx2.Response
+
+
+def exchange_code(
+    idp: DevIdP,
+    browser: httpx2.Client,
+    *,
+    client_id: str,
+    redirect_uri: str,
+    username: str,
+    scope: str,
+    resource: str | None,
+    client_secret: str | None = None,
+    extra: dict[str, str] | None = None,
+    code_verifier: str | None = None,
+) -> CodeExchange:
+    """Sign ``username`` in with PKCE and exchange the code, sending ``resource`` (if any) both times.
+
+    A public client names itself in the body; with ``client_secret`` the client authenticates with HTTP Basic.
+    ``code_verifier`` is sent instead of the right verifier.
+    """
+    pkce = Pkce.new()
+    returned = sign_in(
+        idp,
+        browser,
+        client_id=client_id,
+        redirect_uri=redirect_uri,
+        username=username,
+        scope=scope,
+        pkce=pkce,
+        resource=resource,
+        extra=extra,
+    )
+    data = {
+        "grant_type": "authorization_code",
+        "code": returned["code"],
+        "redirect_uri": redirect_uri,
+        "code_verifier": pkce.verifier if code_verifier is None else code_verifier,
+    }
+    if resource is not None:
+        data["resource"] = resource
+    if client_secret is None:
+        response = token_request(idp, {**data, "client_id": client_id})
+    else:
+        response = token_request(idp, data, auth=(client_id, client_secret))
+    return CodeExchange(returned, pkce.verifier, response)
+
+
+def authorize(
+    idp: DevIdP, browser: httpx2.Client, *, client_id: str, redirect_uri: str, resource: str, pkce: Pkce | None
+) -> httpx2.Response:
+    """The authorization request a client's browser sends first (``pkce=None``: without a code challenge)."""
+    params = {
+        "response_type": "code",
+        "client_id": client_id,
+        "redirect_uri": redirect_uri,
+        "scope": "mcp:tools",
+        "state": "s",
+        "resource": resource,
+    }
+    if pkce is not None:
+        params |= {"code_challenge": pkce.challenge, "code_challenge_method": "S256"}
+    return browser.get(f"{idp.issuer}/auth", params=params)
+
+
 def test_both_discovery_documents_list_the_endpoints_an_mcp_client_needs(idp: DevIdP) -> None:
     documents = [
         httpx2.get(f"{idp.issuer}{path}", timeout=10.0)
@@ -184,30 +255,17 @@ def test_public_client_registered_dynamically_gets_resource_jwt_and_refresh_toke
     )
     assert client["token_endpoint_auth_method"] == "none"
     assert "client_secret" not in client
-    pkce = Pkce.new()
     username = unique_user()
 
-    returned = sign_in(
+    response = exchange_code(
         idp,
         browser,
         client_id=client["client_id"],
         redirect_uri=redirect_uri,
         username=username,
         scope="mcp:tools offline_access",
-        pkce=pkce,
         resource=RESOURCE,
-    )
-    response = token_request(
-        idp,
-        {
-            "grant_type": "authorization_code",
-            "code": returned["code"],
-            "redirect_uri": redirect_uri,
-            "client_id": client["client_id"],
-            "code_verifier": pkce.verifier,
-            "resource": RESOURCE,
-        },
-    )
+    ).response
 
     assert response.status_code == 200, response.text
     tokens = response.json()
@@ -241,31 +299,18 @@ def test_sdk_style_offline_access_with_prompt_consent_is_granted_without_a_conse
     # The MCP Python SDK adds prompt=consent when the client metadata scope has offline_access.
     redirect_uri = "http://127.0.0.1:40000/callback"
     client = register_public_client(idp, redirect_uri, scope="mcp:tools offline_access")
-    pkce = Pkce.new()
     username = unique_user()
-    returned = sign_in(
+
+    response = exchange_code(
         idp,
         browser,
         client_id=client["client_id"],
         redirect_uri=redirect_uri,
         username=username,
         scope="mcp:tools offline_access",
-        pkce=pkce,
-        extra={"prompt": "consent"},
         resource=RESOURCE,
-    )
-
-    response = token_request(
-        idp,
-        {
-            "grant_type": "authorization_code",
-            "code": returned["code"],
-            "redirect_uri": redirect_uri,
-            "client_id": client["client_id"],
-            "code_verifier": pkce.verifier,
-            "resource": RESOURCE,
-        },
-    )
+        extra={"prompt": "consent"},
+    ).response
 
     assert response.status_code == 200, response.text
     assert response.json()["refresh_token"]
@@ -277,28 +322,17 @@ def test_sdk_style_offline_access_with_prompt_consent_is_granted_without_a_conse
 def test_code_exchange_without_the_pkce_verifier_is_rejected(idp: DevIdP, browser: httpx2.Client) -> None:
     redirect_uri = "http://127.0.0.1:40001/callback"
     client = register_public_client(idp, redirect_uri)
-    returned = sign_in(
+
+    response = exchange_code(
         idp,
         browser,
         client_id=client["client_id"],
         redirect_uri=redirect_uri,
         username=unique_user(),
         scope="mcp:tools",
-        pkce=Pkce.new(),
         resource=RESOURCE,
-    )
-
-    response = token_request(
-        idp,
-        {
-            "grant_type": "authorization_code",
-            "code": returned["code"],
-            "redirect_uri": redirect_uri,
-            "client_id": client["client_id"],
-            "code_verifier": Pkce.new().verifier,
-            "resource": RESOURCE,
-        },
-    )
+        code_verifier=Pkce.new().verifier,
+    ).response
 
     assert response.status_code == 400
     assert response.json()["error"] == "invalid_grant"
@@ -308,16 +342,8 @@ def test_authorization_without_pkce_is_refused(idp: DevIdP, browser: httpx2.Clie
     redirect_uri = "http://127.0.0.1:40002/callback"
     client = register_public_client(idp, redirect_uri)
 
-    response = browser.get(
-        f"{idp.issuer}/auth",
-        params={
-            "response_type": "code",
-            "client_id": client["client_id"],
-            "redirect_uri": redirect_uri,
-            "scope": "mcp:tools",
-            "state": "s",
-            "resource": RESOURCE,
-        },
+    response = authorize(
+        idp, browser, client_id=client["client_id"], redirect_uri=redirect_uri, resource=RESOURCE, pkce=None
     )
 
     assert response.status_code == 303
@@ -330,29 +356,17 @@ def test_client_that_forgets_the_resource_gets_a_token_for_the_default_resource(
 ) -> None:
     redirect_uri = "http://localhost:40003/callback"
     client = register_public_client(idp, redirect_uri)
-    pkce = Pkce.new()
     username = unique_user()
-    returned = sign_in(
+
+    response = exchange_code(
         idp,
         browser,
         client_id=client["client_id"],
         redirect_uri=redirect_uri,
         username=username,
         scope="mcp:tools",
-        pkce=pkce,
         resource=None,
-    )
-
-    response = token_request(
-        idp,
-        {
-            "grant_type": "authorization_code",
-            "code": returned["code"],
-            "redirect_uri": redirect_uri,
-            "client_id": client["client_id"],
-            "code_verifier": pkce.verifier,
-        },
-    )
+    ).response
 
     assert response.status_code == 200, response.text
     assert verify(idp, response.json()["access_token"], audience=RESOURCE)["sub"] == username
@@ -361,29 +375,16 @@ def test_client_that_forgets_the_resource_gets_a_token_for_the_default_resource(
 def test_token_for_the_second_listed_resource_carries_that_audience(idp: DevIdP, browser: httpx2.Client) -> None:
     redirect_uri = "http://localhost:40004/callback"
     client = register_public_client(idp, redirect_uri)
-    pkce = Pkce.new()
-    returned = sign_in(
+
+    response = exchange_code(
         idp,
         browser,
         client_id=client["client_id"],
         redirect_uri=redirect_uri,
         username=unique_user(),
         scope="other:read",
-        pkce=pkce,
         resource=OTHER_RESOURCE,
-    )
-
-    response = token_request(
-        idp,
-        {
-            "grant_type": "authorization_code",
-            "code": returned["code"],
-            "redirect_uri": redirect_uri,
-            "client_id": client["client_id"],
-            "code_verifier": pkce.verifier,
-            "resource": OTHER_RESOURCE,
-        },
-    )
+    ).response
 
     assert response.status_code == 200, response.text
     assert verify(idp, response.json()["access_token"], audience=OTHER_RESOURCE)["scope"] == "other:read"
@@ -392,20 +393,14 @@ def test_token_for_the_second_listed_resource_carries_that_audience(idp: DevIdP,
 def test_unlisted_resource_is_refused_at_authorization(idp: DevIdP, browser: httpx2.Client) -> None:
     redirect_uri = "http://localhost:40005/callback"
     client = register_public_client(idp, redirect_uri)
-    pkce = Pkce.new()
 
-    response = browser.get(
-        f"{idp.issuer}/auth",
-        params={
-            "response_type": "code",
-            "client_id": client["client_id"],
-            "redirect_uri": redirect_uri,
-            "scope": "mcp:tools",
-            "state": "s",
-            "resource": "http://localhost:9999/unknown",
-            "code_challenge": pkce.challenge,
-            "code_challenge_method": "S256",
-        },
+    response = authorize(
+        idp,
+        browser,
+        client_id=client["client_id"],
+        redirect_uri=redirect_uri,
+        resource="http://localhost:9999/unknown",
+        pkce=Pkce.new(),
     )
 
     assert response.status_code == 303
@@ -414,28 +409,16 @@ def test_unlisted_resource_is_refused_at_authorization(idp: DevIdP, browser: htt
 
 def sign_in_confidential(idp: DevIdP, browser: httpx2.Client, username: str) -> dict[str, Any]:
     """The static confidential client (like an upstream-provider client) signs a user in; no resource."""
-    redirect_uri = CONFIDENTIAL_REDIRECT
-    pkce = Pkce.new()
-    returned = sign_in(
+    response = exchange_code(
         idp,
         browser,
         client_id=CONFIDENTIAL_ID,
-        redirect_uri=redirect_uri,
+        redirect_uri=CONFIDENTIAL_REDIRECT,
         username=username,
         scope="openid profile email offline_access",
-        pkce=pkce,
         resource=None,
-    )
-    response = token_request(
-        idp,
-        {
-            "grant_type": "authorization_code",
-            "code": returned["code"],
-            "redirect_uri": redirect_uri,
-            "code_verifier": pkce.verifier,
-        },
-        auth=(CONFIDENTIAL_ID, CONFIDENTIAL_SECRET),
-    )
+        client_secret=CONFIDENTIAL_SECRET,
+    ).response
     assert response.status_code == 200, response.text
     tokens = response.json()
     assert isinstance(tokens, dict)
@@ -517,19 +500,8 @@ async def test_stats_can_be_reset(idp: DevIdP) -> None:
 def test_login_form_rejects_an_empty_username(idp: DevIdP, browser: httpx2.Client) -> None:
     redirect_uri = "http://localhost:40006/callback"
     client = register_public_client(idp, redirect_uri)
-    pkce = Pkce.new()
-    response = browser.get(
-        f"{idp.issuer}/auth",
-        params={
-            "response_type": "code",
-            "client_id": client["client_id"],
-            "redirect_uri": redirect_uri,
-            "scope": "mcp:tools",
-            "state": "s",
-            "resource": RESOURCE,
-            "code_challenge": pkce.challenge,
-            "code_challenge_method": "S256",
-        },
+    response = authorize(
+        idp, browser, client_id=client["client_id"], redirect_uri=redirect_uri, resource=RESOURCE, pkce=Pkce.new()
     )
     login_page = browser.get(urljoin(idp.issuer, response.headers["location"]))
     form = LOGIN_FORM.search(login_page.text)
@@ -559,30 +531,17 @@ def test_start_devidp_reports_the_process_output_when_it_dies() -> None:
 
 
 async def test_log_never_contains_tokens_codes_or_client_secrets(idp: DevIdP, browser: httpx2.Client) -> None:
-    redirect_uri = CONFIDENTIAL_REDIRECT
-    pkce = Pkce.new()
-    returned = sign_in(
+    exchange = exchange_code(
         idp,
         browser,
         client_id=CONFIDENTIAL_ID,
-        redirect_uri=redirect_uri,
+        redirect_uri=CONFIDENTIAL_REDIRECT,
         username=unique_user(),
         scope="openid profile email",
-        pkce=pkce,
         resource=RESOURCE,
+        client_secret=CONFIDENTIAL_SECRET,
     )
-    exchange = token_request(
-        idp,
-        {
-            "grant_type": "authorization_code",
-            "code": returned["code"],
-            "redirect_uri": redirect_uri,
-            "code_verifier": pkce.verifier,
-            "resource": RESOURCE,
-        },
-        auth=(CONFIDENTIAL_ID, CONFIDENTIAL_SECRET),
-    )
-    tokens = exchange.json()
+    tokens = exchange.response.json()
     minted = await idp.token("alice", resource=RESOURCE)
     refreshed = token_request(
         idp,
@@ -595,8 +554,8 @@ async def test_log_never_contains_tokens_codes_or_client_secrets(idp: DevIdP, br
     assert "POST /token" in log
     secrets_seen = [
         CONFIDENTIAL_SECRET,
-        returned["code"],
-        pkce.verifier,
+        exchange.returned["code"],
+        exchange.verifier,
         tokens["access_token"],
         tokens["refresh_token"],
         tokens["id_token"],

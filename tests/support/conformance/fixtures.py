@@ -114,6 +114,22 @@ def _roots(responses: InputResponses | None, key: str) -> list[str] | None:
     return [str(root.uri) for root in answer.roots] if isinstance(answer, ListRootsResult) else None
 
 
+def _greet_or_ask_name(ctx: Context, greeting: str) -> str | InputRequiredResult:
+    """``greeting`` with ``{name}`` filled in from form answer ``user_name``; until it carries a name, ask for one."""
+    name = _answer(ctx.input_responses, "user_name", "name")
+    if name is not None:
+        return greeting.format(name=name)
+    return InputRequiredResult(input_requests={"user_name": _ask("What is your name?", "name")})
+
+
+def _report_or_sample(ctx: Context, key: str, question: str, report: str) -> str | InputRequiredResult:
+    """``report`` with ``{text}`` filled in from the model's answer ``key``; until there is one, ask ``question``."""
+    text = _sampled_text(ctx.input_responses, key)
+    if text is not None:
+        return report.format(text=text)
+    return InputRequiredResult(input_requests={key: _sample(question)})
+
+
 def _state(ctx: Context) -> dict[str, object]:
     """The plaintext state of this flow (already unsealed and verified by the SDK)."""
     if not ctx.request_state:
@@ -195,10 +211,7 @@ def _register_input_required_tools(mcp: MCPServer) -> None:
     async def elicitation(ctx: Context) -> str | InputRequiredResult:
         _require(ctx, "elicitation")
         # Completes from the answer alone, so a first call that already carries it works too.
-        name = _answer(ctx.input_responses, "user_name", "name")
-        if name is not None:
-            return f"Hello, {name}!"
-        return InputRequiredResult(input_requests={"user_name": _ask("What is your name?", "name")})
+        return _greet_or_ask_name(ctx, "Hello, {name}!")
 
     @mcp.tool(
         name="test_input_required_result_sampling",
@@ -206,10 +219,7 @@ def _register_input_required_tools(mcp: MCPServer) -> None:
     )
     async def sampling(ctx: Context) -> str | InputRequiredResult:
         _require(ctx, "sampling")
-        text = _sampled_text(ctx.input_responses, "capital")
-        if text is not None:
-            return f"The model answered: {text}"
-        return InputRequiredResult(input_requests={"capital": _sample("What is the capital of France?")})
+        return _report_or_sample(ctx, "capital", "What is the capital of France?", "The model answered: {text}")
 
     @mcp.tool(
         name="test_input_required_result_list_roots",
@@ -301,15 +311,11 @@ def _register_input_required_tools(mcp: MCPServer) -> None:
     async def capabilities(ctx: Context) -> str | InputRequiredResult:
         declared = _declared(ctx)
         if "elicitation" in declared:
-            name = _answer(ctx.input_responses, "user_name", "name")
-            if name is not None:
-                return f"Asked by form; hello, {name}!"
-            return InputRequiredResult(input_requests={"user_name": _ask("What is your name?", "name")})
+            return _greet_or_ask_name(ctx, "Asked by form; hello, {name}!")
         if "sampling" in declared:
-            text = _sampled_text(ctx.input_responses, "name_guess")
-            if text is not None:
-                return f"Asked the model; it said: {text}"
-            return InputRequiredResult(input_requests={"name_guess": _sample("Suggest a name for a test user.")})
+            return _report_or_sample(
+                ctx, "name_guess", "Suggest a name for a test user.", "Asked the model; it said: {text}"
+            )
         raise MCPError(
             code=MISSING_REQUIRED_CLIENT_CAPABILITY,
             message="This tool needs the elicitation or the sampling client capability",
@@ -328,10 +334,7 @@ def _register_diagnostic_tools(mcp: MCPServer) -> None:
     @mcp.tool(name="test_missing_capability", description="Needs the sampling capability; -32021 without it.")
     async def missing_capability(ctx: Context) -> str | InputRequiredResult:
         _require(ctx, "sampling")
-        text = _sampled_text(ctx.input_responses, "probe")
-        if text is not None:
-            return f"The model answered: {text}"
-        return InputRequiredResult(input_requests={"probe": _sample("Say hello.")})
+        return _report_or_sample(ctx, "probe", "Say hello.", "The model answered: {text}")
 
     @mcp.tool(
         name="test_streaming_elicitation",
@@ -340,10 +343,7 @@ def _register_diagnostic_tools(mcp: MCPServer) -> None:
     async def streaming_elicitation(ctx: Context) -> str | InputRequiredResult:
         _require(ctx, "elicitation")
         await ctx.report_progress(0, total=1, message="about to ask")
-        name = _answer(ctx.input_responses, "user_name", "name")
-        if name is not None:
-            return f"Hello, {name}!"
-        return InputRequiredResult(input_requests={"user_name": _ask("What is your name?", "name")})
+        return _greet_or_ask_name(ctx, "Hello, {name}!")
 
     @mcp.tool(
         name="test_logging_tool",

@@ -5,6 +5,8 @@ except where another instance is the point: those rounds cross real ``coatcheck 
 import asyncio
 import secrets
 import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import httpx2
@@ -56,6 +58,32 @@ async def _final_round(
     return await client.session.call_tool(
         tool, {"cart_id": cart_id}, input_responses=responses, request_state=state, allow_input_required=True
     )
+
+
+@asynccontextmanager
+async def _asked(
+    mcp_client: McpClientFactory, lines: dict[str, int], username: str | None = None
+) -> AsyncIterator[tuple[Client, str, InputRequiredResult]]:
+    """A client whose user would confirm, a cart holding ``lines``, and round 1 of checking that cart out."""
+    async with mcp_client(username, elicitation_callback=ScriptedUser(confirms(True))) as client:
+        cart_id = await _cart(client, lines)
+        yield client, cart_id, await _round_one(client, cart_id)
+
+
+def _status_and_total(result: CallToolResult | InputRequiredResult) -> tuple[str, int]:
+    """The outcome of a round that finished instead of asking again: its status and total."""
+    assert isinstance(result, CallToolResult), result
+    assert result.structured_content is not None, text_of(result)
+    return result.structured_content["status"], result.structured_content["total_cents"]
+
+
+async def _assert_state_refused(
+    client: Client, cart_id: str, state: str | None, *, tool: str = "cart_checkout"
+) -> None:
+    """A confirming final round with ``state`` is refused as a protocol error before ``tool`` runs."""
+    with pytest.raises(MCPError) as caught:
+        await _final_round(client, cart_id, state, tool=tool)
+    assert (caught.value.code, caught.value.message) == (-32602, INVALID_STATE), tool
 
 
 def _question(result: InputRequiredResult) -> ElicitRequestFormParams:
@@ -129,9 +157,7 @@ async def test_the_sdk_client_confirms_through_its_elicitation_callback_and_the_
 async def test_round_one_asks_with_a_sealed_state_and_writes_nothing(
     mcp_client: McpClientFactory, database: Database
 ) -> None:
-    async with mcp_client(elicitation_callback=ScriptedUser(confirms(True))) as client:
-        cart_id = await _cart(client, {"gloves-leather": 1})
-        first = await _round_one(client, cart_id)
+    async with _asked(mcp_client, {"gloves-leather": 1}) as (client, cart_id, first):
         assert _question(first).message == "Place the order? 1 item, total USD 42.00."
         assert first.request_state is not None
         assert first.request_state.startswith("v1.")
@@ -173,9 +199,7 @@ async def test_anything_but_accept_with_confirm_true_cancels_and_writes_nothing(
 
 
 async def test_a_retry_without_an_answer_cancels(mcp_client: McpClientFactory, database: Database) -> None:
-    async with mcp_client(elicitation_callback=ScriptedUser(confirms(True))) as client:
-        cart_id = await _cart(client, {"hat-beanie": 1})
-        first = await _round_one(client, cart_id)
+    async with _asked(mcp_client, {"hat-beanie": 1}) as (client, cart_id, first):
         for responses in ({}, {"something_else": confirms(True)}):
             result = await client.session.call_tool(
                 "cart_checkout",
@@ -202,9 +226,7 @@ async def test_an_empty_cart_is_a_tool_error_that_says_to_add_items_first(mcp_cl
 async def test_a_cart_changed_between_the_rounds_is_asked_again_with_the_new_total(
     mcp_client: McpClientFactory, database: Database
 ) -> None:
-    async with mcp_client("shared-cart-user", elicitation_callback=ScriptedUser(confirms(True))) as client:
-        cart_id = await _cart(client, {"hat-beanie": 1})
-        first = await _round_one(client, cart_id)
+    async with _asked(mcp_client, {"hat-beanie": 1}, "shared-cart-user") as (client, cart_id, first):
         # Another agent of the same user edits the cart while the user reads the question.
         await call_ok(client, "cart_set_item", {"cart_id": cart_id, "sku": "hat-beanie", "quantity": 3})
         again = await _final_round(client, cart_id, first.request_state)
@@ -216,9 +238,7 @@ async def test_a_cart_changed_between_the_rounds_is_asked_again_with_the_new_tot
         assert await _orders_for(database, cart_id) == 0
 
         placed = await _final_round(client, cart_id, again.request_state)
-        assert isinstance(placed, CallToolResult)
-        assert placed.structured_content is not None
-        assert (placed.structured_content["status"], placed.structured_content["total_cents"]) == ("placed", 5400)
+        assert _status_and_total(placed) == ("placed", 5400)
     assert await _orders_for(database, cart_id) == 1
 
 
@@ -238,8 +258,7 @@ async def test_the_sdk_loop_shows_the_user_the_new_total_when_the_cart_changes_m
         user = EditsOnceThenConfirms(confirms(True))
         async with mcp_client("busy-user", elicitation_callback=user) as client:
             result = await client.call_tool("cart_checkout", {"cart_id": cart_id})
-    assert result.structured_content is not None
-    assert (result.structured_content["status"], result.structured_content["total_cents"]) == ("placed", 1400)
+    assert _status_and_total(result) == ("placed", 1400)
     assert [q.message for q in user.questions] == [
         "Place the order? 1 item, total USD 7.00.",
         "Your cart changed since you were asked. Place the order now? 2 items, total USD 14.00.",
@@ -252,9 +271,7 @@ async def test_the_sdk_loop_shows_the_user_the_new_total_when_the_cart_changes_m
 async def test_replaying_the_completed_final_round_returns_the_same_order_and_creates_no_other(
     mcp_client: McpClientFactory, database: Database
 ) -> None:
-    async with mcp_client(elicitation_callback=ScriptedUser(confirms(True))) as client:
-        cart_id = await _cart(client, {"coat-rain-yellow": 1})
-        first = await _round_one(client, cart_id)
+    async with _asked(mcp_client, {"coat-rain-yellow": 1}) as (client, cart_id, first):
         placed = await _final_round(client, cart_id, first.request_state)
         replayed = await _final_round(client, cart_id, first.request_state)  # e.g. the response was lost
         assert isinstance(placed, CallToolResult)
@@ -268,9 +285,7 @@ async def test_replaying_the_completed_final_round_returns_the_same_order_and_cr
 async def test_the_spent_state_with_a_different_answer_is_refused_naming_the_order(
     mcp_client: McpClientFactory, database: Database
 ) -> None:
-    async with mcp_client(elicitation_callback=ScriptedUser(confirms(True))) as client:
-        cart_id = await _cart(client, {"coat-rain-yellow": 1})
-        first = await _round_one(client, cart_id)
+    async with _asked(mcp_client, {"coat-rain-yellow": 1}) as (client, cart_id, first):
         placed = await _final_round(client, cart_id, first.request_state)
         assert isinstance(placed, CallToolResult)
         assert placed.structured_content is not None
@@ -289,9 +304,7 @@ async def test_the_spent_state_with_a_different_answer_is_refused_naming_the_ord
 async def test_concurrent_identical_final_rounds_produce_one_order_and_every_caller_gets_it(
     mcp_client: McpClientFactory, database: Database
 ) -> None:
-    async with mcp_client(elicitation_callback=ScriptedUser(confirms(True))) as client:
-        cart_id = await _cart(client, {"coat-wool-navy": 1, "umbrella-compact": 2})
-        first = await _round_one(client, cart_id)
+    async with _asked(mcp_client, {"coat-wool-navy": 1, "umbrella-compact": 2}) as (client, cart_id, first):
         results = await asyncio.gather(*(_final_round(client, cart_id, first.request_state) for _ in range(6)))
     assert all(isinstance(r, CallToolResult) and not r.is_error for r in results)
     contents = {str(r.structured_content) for r in results if isinstance(r, CallToolResult)}
@@ -328,15 +341,11 @@ async def test_a_tampered_state_is_rejected_before_the_tool_runs(
     mcp_client: McpClientFactory, database: Database, app_http: httpx2.AsyncClient, app: InProcessApp, devidp: DevIdP
 ) -> None:
     username = f"tamper-{uuid.uuid4().hex[:6]}"
-    async with mcp_client(username, elicitation_callback=ScriptedUser(confirms(True))) as client:
-        cart_id = await _cart(client, {"hat-beanie": 1})
-        first = await _round_one(client, cart_id)
+    async with _asked(mcp_client, {"hat-beanie": 1}, username) as (client, cart_id, first):
         assert first.request_state is not None
         tampered = flip_one_character(first.request_state)
         assert tampered != first.request_state
-        with pytest.raises(MCPError) as caught:
-            await _final_round(client, cart_id, tampered)
-        assert (caught.value.code, caught.value.message) == (-32602, INVALID_STATE)
+        await _assert_state_refused(client, cart_id, tampered)
 
     token = await devidp.token(username, resource=app.mcp_url)
     params = {
@@ -361,9 +370,7 @@ async def test_another_principal_replaying_the_state_is_rejected(
         cart_id = await _cart(alice, {"hat-beanie": 1})
         first = await _round_one(alice, cart_id)
     async with mcp_client("bob", elicitation_callback=ScriptedUser(confirms(True))) as bob:
-        with pytest.raises(MCPError) as caught:
-            await _final_round(bob, cart_id, first.request_state)
-    assert (caught.value.code, caught.value.message) == (-32602, INVALID_STATE)
+        await _assert_state_refused(bob, cart_id, first.request_state)
     assert await _orders_for(database, cart_id) == 0
 
 
@@ -375,9 +382,7 @@ async def test_the_state_is_bound_to_cart_checkout_and_to_its_cart(
         other_cart = await _cart(client, {"hat-beanie": 1})
         first = await _round_one(client, cart_id)
         for tool, arguments in [("cart_checkout", other_cart), ("cart_view", cart_id), ("cart_delete", cart_id)]:
-            with pytest.raises(MCPError) as caught:
-                await _final_round(client, arguments, first.request_state, tool=tool)
-            assert (caught.value.code, caught.value.message) == (-32602, INVALID_STATE), tool
+            await _assert_state_refused(client, arguments, first.request_state, tool=tool)
         assert await _status(client, cart_id) == ("open", 2)
         assert await _status(client, other_cart) == ("open", 2)
     assert await _orders_for(database, cart_id) == await _orders_for(database, other_cart) == 0
@@ -414,9 +419,7 @@ async def test_an_expired_state_is_rejected_and_places_nothing(
         assert (expired.code, expired.message) == (-32602, INVALID_STATE)
         assert before, "the state should have been accepted before it expired"
         assert {text_of(r) for r in before if isinstance(r, CallToolResult)} == {CANCELLED}
-        with pytest.raises(MCPError) as caught:
-            await _final_round(client, cart_id, first.request_state)
-        assert caught.value.code == -32602
+        await _assert_state_refused(client, cart_id, first.request_state)
     assert await _orders_for(database, cart_id) == 0
 
 
@@ -435,11 +438,10 @@ async def test_round_one_on_one_instance_and_round_two_on_another_places_the_ord
             first = await _round_one(on_first, cart_id)
         async with connect(second.mcp_url, token, elicitation_callback=user) as on_second:
             placed = await _final_round(on_second, cart_id, first.request_state)
-            assert isinstance(placed, CallToolResult)
-            assert placed.structured_content is not None
-            assert (placed.structured_content["status"], placed.structured_content["total_cents"]) == ("placed", 8400)
+            assert _status_and_total(placed) == ("placed", 8400)
         async with connect(server.mcp_url, token, elicitation_callback=user) as on_first:
             replayed = await _final_round(on_first, cart_id, first.request_state)
+            assert isinstance(placed, CallToolResult)
             assert isinstance(replayed, CallToolResult)
             assert replayed.structured_content == placed.structured_content
     assert await _orders_for(database, cart_id) == 1
@@ -458,16 +460,12 @@ async def test_a_state_sealed_under_the_old_key_is_accepted_after_rotating_to_ne
     after_settings = settings_from({**server_env, "REQUEST_STATE_KEYS": f"{new},{old}"})
     async with started_app(after_settings) as after, after.mcp_client(token, elicitation_callback=user) as client:
         placed = await _final_round(client, cart_id, first.request_state)
-    assert isinstance(placed, CallToolResult)
-    assert placed.structured_content is not None
-    assert (placed.structured_content["status"], placed.structured_content["total_cents"]) == ("placed", 2700)
+    assert _status_and_total(placed) == ("placed", 2700)
     assert await _orders_for(database, cart_id) == 1
 
     # The session's app never held `old`: the same state means nothing to it.
     async with app.mcp_client(token, elicitation_callback=user) as client:
-        with pytest.raises(MCPError) as caught:
-            await _final_round(client, cart_id, first.request_state)
-    assert caught.value.code == -32602
+        await _assert_state_refused(client, cart_id, first.request_state)
 
 
 # --- clients that cannot take part --------------------------------------------------------------------------------

@@ -13,7 +13,7 @@ import pytest
 from joserfc.jwk import ECKey, RSAKey
 
 from api.auth import JwtVerifier
-from api.jose import IssuerMetadata, JwksCache
+from api.jose import DEFAULT_REFETCH_INTERVAL, IssuerMetadata, JwksCache
 from tests.support.jose import public_jwk, sign_jwt, signing_key
 from tests.support.json_server import serve_json
 
@@ -58,17 +58,20 @@ def _token(private: RSAKey | ECKey, kid: str, issuer: str, **claims: Any) -> str
     return sign_jwt(payload, private, kid=kid)
 
 
+def _verifier(
+    issuer: FakeIssuer, http: httpx2.AsyncClient, refetch_interval: float = DEFAULT_REFETCH_INTERVAL
+) -> JwtVerifier:
+    """A verifier for ``issuer`` without leeway, its JWKS cached for an hour."""
+    jwks = JwksCache(IssuerMetadata(issuer.url, http), http, ttl=3600, refetch_interval=refetch_interval)
+    return JwtVerifier(issuer=issuer.url, resource=RESOURCE, jwks=jwks, leeway=0)
+
+
 async def test_a_token_signed_with_a_newly_published_key_is_accepted_after_one_refetch(issuer: FakeIssuer) -> None:
     old_private, old_public = _key("k1", "RS256")
     new_private, new_public = _key("k2", "ES256")
     issuer.keys = [old_public]
     async with httpx2.AsyncClient() as http:
-        verifier = JwtVerifier(
-            issuer=issuer.url,
-            resource=RESOURCE,
-            jwks=JwksCache(IssuerMetadata(issuer.url, http), http, ttl=3600, refetch_interval=0.0),
-            leeway=0,
-        )
+        verifier = _verifier(issuer, http, refetch_interval=0.0)
         assert await verifier.verify_token(_token(old_private, "k1", issuer.url)) is not None
         assert issuer.jwks_fetches == 1
 
@@ -83,12 +86,7 @@ async def test_a_flood_of_unknown_kids_fetches_the_jwks_at_most_once_per_interva
     private, public = _key("k1", "RS256")
     issuer.keys = [public]
     async with httpx2.AsyncClient() as http:
-        verifier = JwtVerifier(
-            issuer=issuer.url,
-            resource=RESOURCE,
-            jwks=JwksCache(IssuerMetadata(issuer.url, http), http, ttl=3600, refetch_interval=3600),
-            leeway=0,
-        )
+        verifier = _verifier(issuer, http, refetch_interval=3600)
         assert await verifier.verify_token(_token(private, "k1", issuer.url)) is not None
         for n in range(20):
             assert await verifier.verify_token(_token(private, f"unknown-{n}", issuer.url)) is None
@@ -99,12 +97,7 @@ async def test_tokens_from_another_issuer_or_for_another_audience_are_rejected(i
     private, public = _key("k1", "RS256")
     issuer.keys = [public]
     async with httpx2.AsyncClient() as http:
-        verifier = JwtVerifier(
-            issuer=issuer.url,
-            resource=RESOURCE,
-            jwks=JwksCache(IssuerMetadata(issuer.url, http), http, ttl=3600),
-            leeway=0,
-        )
+        verifier = _verifier(issuer, http)
         assert await verifier.verify_token(_token(private, "k1", "https://other.test")) is None
         assert await verifier.verify_token(_token(private, "k1", issuer.url, aud="https://x.test/mcp")) is None
         assert await verifier.verify_token(_token(private, "k1", issuer.url, sub="")) is None

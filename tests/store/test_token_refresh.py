@@ -8,6 +8,8 @@ from store.crypto import TokenCipher
 from store.db import Database
 from store.principal import Principal
 from store.token_refresh import (
+    RefreshLease,
+    RefreshView,
     claim_refresh,
     mark_needs_reauth_under_lease,
     read_for_refresh,
@@ -35,16 +37,32 @@ async def _save(database: Database, owner: Principal, tokens: TokenSet) -> None:
         await VaultRepository(conn, CIPHER).save(owner, "demo", tokens)
 
 
-async def _claim(database: Database, owner: Principal, lease_for: timedelta = LEASE):  # type: ignore[no-untyped-def]
+async def _claim(database: Database, owner: Principal, lease_for: timedelta = LEASE) -> RefreshLease | None:
     async with database.one_statement() as conn:
         return await claim_refresh(conn, CIPHER, owner, "demo", skew=SKEW, lease_for=lease_for)
 
 
-async def _stored(database: Database, owner: Principal) -> TokenSet:
+async def _won(database: Database, owner: Principal, lease_for: timedelta = LEASE) -> RefreshLease:
+    """A claim that must win the lease."""
+    lease = await _claim(database, owner, lease_for)
+    assert lease is not None, "the claim found the lease taken or nothing to refresh"
+    return lease
+
+
+async def _write_back(database: Database, lease: RefreshLease, fresh: TokenSet) -> bool:
+    async with database.transaction() as conn:
+        return await store_refreshed(conn, CIPHER, lease, fresh)
+
+
+async def _view(database: Database, owner: Principal) -> RefreshView:
     async with database.one_statement() as conn:
         view = await read_for_refresh(conn, CIPHER, owner, "demo", skew=SKEW)
-    assert view is not None
-    return view.tokens
+    assert view is not None, "nothing is stored for this principal"
+    return view
+
+
+async def _stored(database: Database, owner: Principal) -> TokenSet:
+    return (await _view(database, owner)).tokens
 
 
 async def test_of_many_concurrent_claims_exactly_one_wins_and_the_others_see_the_lease(
@@ -56,9 +74,7 @@ async def test_of_many_concurrent_claims_exactly_one_wins_and_the_others_see_the
     winners = [lease for lease in leases if lease is not None]
     assert len(winners) == 1
     assert winners[0].refresh_token == "rt-due-SECRET"
-    async with database.one_statement() as conn:
-        view = await read_for_refresh(conn, CIPHER, owner, "demo", skew=SKEW)
-    assert view is not None
+    view = await _view(database, owner)
     assert (view.due, view.valid, view.leased, view.cooling) == (True, False, True, False)
 
 
@@ -83,18 +99,14 @@ async def test_the_write_back_stores_the_new_tokens_releases_the_lease_and_keeps
 ) -> None:
     owner = new_principal()
     await _save(database, owner, _tokens("old"))
-    lease = await _claim(database, owner)
-    assert lease is not None
+    lease = await _won(database, owner)
     renewed = TokenSet(access_token="at-new-SECRET", refresh_token=None, expires_at=None, scopes=())
-    async with database.transaction() as conn:
-        assert await store_refreshed(conn, CIPHER, lease, renewed)
+    assert await _write_back(database, lease, renewed)
     stored = await _stored(database, owner)
     assert (stored.access_token, stored.refresh_token, stored.expires_at) == ("at-new-SECRET", "rt-old-SECRET", None)
     assert stored.scopes == ("read", "write")
     assert stored == lease.tokens.merged_with(renewed)
-    async with database.one_statement() as conn:
-        view = await read_for_refresh(conn, CIPHER, owner, "demo", skew=SKEW)
-    assert view is not None
+    view = await _view(database, owner)
     assert (view.leased, view.cooling) == (False, False)
     assert view.entry.info.refreshed_at is not None
 
@@ -104,12 +116,9 @@ async def test_a_write_back_whose_lease_expired_and_was_taken_over_stores_nothin
 ) -> None:
     owner = new_principal()
     await _save(database, owner, _tokens("old"))
-    slow = await _claim(database, owner, lease_for=timedelta(0))  # expires at once
-    assert slow is not None
-    quick = await _claim(database, owner)
-    assert quick is not None
-    async with database.transaction() as conn:
-        assert await store_refreshed(conn, CIPHER, quick, _tokens("quick", expires_in=timedelta(hours=1)))
+    slow = await _won(database, owner, lease_for=timedelta(0))  # expires at once
+    quick = await _won(database, owner)
+    assert await _write_back(database, quick, _tokens("quick", expires_in=timedelta(hours=1)))
     async with database.transaction() as conn:
         assert not await store_refreshed(conn, CIPHER, slow, _tokens("slow", expires_in=timedelta(hours=1)))
         assert not await mark_needs_reauth_under_lease(conn, slow)
@@ -121,11 +130,9 @@ async def test_a_new_authorization_drops_the_lease_so_the_old_grants_write_back_
 ) -> None:
     owner = new_principal()
     await _save(database, owner, _tokens("old"))
-    lease = await _claim(database, owner)
-    assert lease is not None
+    lease = await _won(database, owner)
     await _save(database, owner, _tokens("reconnected", expires_in=timedelta(hours=1)))
-    async with database.transaction() as conn:
-        assert not await store_refreshed(conn, CIPHER, lease, _tokens("late", expires_in=timedelta(hours=1)))
+    assert not await _write_back(database, lease, _tokens("late", expires_in=timedelta(hours=1)))
     assert (await _stored(database, owner)).access_token == "at-reconnected-SECRET"
 
 
@@ -134,15 +141,11 @@ async def test_a_needs_reauth_verdict_drops_the_lease_so_a_refresh_in_flight_can
 ) -> None:
     owner = new_principal()
     await _save(database, owner, _tokens("old"))
-    lease = await _claim(database, owner)
-    assert lease is not None
+    lease = await _won(database, owner)
     async with database.one_statement() as conn:
         await VaultRepository(conn, CIPHER).mark_needs_reauth(owner, "demo")
-    async with database.transaction() as conn:
-        assert not await store_refreshed(conn, CIPHER, lease, _tokens("late", expires_in=timedelta(hours=1)))
-    async with database.one_statement() as conn:
-        view = await read_for_refresh(conn, CIPHER, owner, "demo", skew=SKEW)
-    assert view is not None
+    assert not await _write_back(database, lease, _tokens("late", expires_in=timedelta(hours=1)))
+    view = await _view(database, owner)
     assert view.status == "needs_reauth"
     assert view.tokens.access_token == "at-old-SECRET"
 
@@ -153,17 +156,13 @@ async def test_after_a_failure_nobody_claims_the_lease_until_the_cool_down_passe
     owner, other = new_principal(), new_principal()
     await _save(database, owner, _tokens("down"))
     await _save(database, other, _tokens("down-briefly"))
-    lease = await _claim(database, owner)
-    brief = await _claim(database, other)
-    assert lease is not None
-    assert brief is not None
+    lease = await _won(database, owner)
+    brief = await _won(database, other)
     async with database.one_statement() as conn:
         await release_after_failure(conn, lease, retry_after=timedelta(hours=1))
     async with database.one_statement() as conn:
         await release_after_failure(conn, brief, retry_after=timedelta(0))
-    async with database.one_statement() as conn:
-        view = await read_for_refresh(conn, CIPHER, owner, "demo", skew=SKEW)
-    assert view is not None
+    view = await _view(database, owner)
     assert (view.leased, view.cooling) == (False, True)
     assert view.tokens.access_token == "at-down-SECRET"  # untouched
     assert await _claim(database, owner) is None

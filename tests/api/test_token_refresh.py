@@ -31,6 +31,7 @@ from store.vault import TokenSet, VaultRepository
 from tests.support.devidp import DEMO_CLIENT_ID, DevIdP, demo_provider_config
 from tests.support.oauth import demo_provider_tokens, token_request
 from tests.support.sql import recorded_statements
+from tests.support.vault import save_tokens, stored_tokens, token_set
 from tests.support.waiting import eventually
 
 KEY = b"test-refresh-key-" + b"r" * 20 + b"-0123456789"
@@ -39,28 +40,8 @@ CIPHER = TokenCipher([KEY])
 SKEW = timedelta(minutes=1)
 
 
-def _tokens(tag: str, *, expires_in: timedelta | None = timedelta(hours=1), refresh: bool = True) -> TokenSet:
-    return TokenSet(
-        access_token=f"at-{tag}-SECRET",
-        refresh_token=f"rt-{tag}-SECRET" if refresh else None,
-        expires_at=datetime.now(UTC) + expires_in if expires_in is not None else None,
-        scopes=("read", "write"),
-    )
-
-
 def _refresher(database: Database, **timing: float) -> TokenRefresher:
     return TokenRefresher(database, CIPHER, skew=SKEW, timing=RefreshTiming(**timing))
-
-
-async def _save(database: Database, owner: Principal, tokens: TokenSet) -> None:
-    async with database.transaction() as conn:
-        await VaultRepository(conn, CIPHER).save(owner, "demo", tokens)
-
-
-async def _stored(database: Database, owner: Principal, cipher: TokenCipher = CIPHER) -> TokenSet | None:
-    async with database.one_statement() as conn:
-        stored = await VaultRepository(conn, cipher).read(owner, "demo")
-    return stored.tokens if stored is not None else None
 
 
 async def _audit(database: Database, owner: Principal) -> list[tuple[str, str, str | None]]:
@@ -84,14 +65,14 @@ async def test_a_fresh_token_costs_one_unlocked_read_and_no_refresh(
     database: Database, new_principal: Callable[[], Principal]
 ) -> None:
     owner = new_principal()
-    tokens = _tokens("fresh")
-    await _save(database, owner, tokens)
+    tokens = token_set("fresh")
+    await save_tokens(database, CIPHER, owner, tokens)
     with recorded_statements(database) as statements:
         assert await _refresher(database).usable_tokens(owner, "demo", _never) == tokens
     assert len(statements) == 1
     assert "FOR UPDATE" not in statements[0]
-    never_expiring = _tokens("forever", expires_in=None)
-    await _save(database, owner, never_expiring)
+    never_expiring = token_set("forever", expires_in=None)
+    await save_tokens(database, CIPHER, owner, never_expiring)
     assert await _refresher(database).usable_tokens(owner, "demo", _never) == never_expiring
 
 
@@ -104,7 +85,7 @@ async def test_concurrent_callers_refresh_once_and_nobody_holds_a_transaction_or
 ) -> None:
     """Six callers, as six instances would be: one refreshes while five poll; all get the new token."""
     owner = new_principal()
-    await _save(database, owner, _tokens("expired", expires_in=timedelta(minutes=-5)))
+    await save_tokens(database, CIPHER, owner, token_set("expired", expires_in=timedelta(minutes=-5)))
     callers = 6
     calls: list[str] = []
     statements: list[str] = []
@@ -140,8 +121,8 @@ async def test_a_caller_whose_token_is_still_valid_uses_it_while_another_refresh
     database: Database, new_principal: Callable[[], Principal]
 ) -> None:
     owner = new_principal()
-    due = _tokens("due", expires_in=timedelta(seconds=30))  # inside the skew, not yet expired
-    await _save(database, owner, due)
+    due = token_set("due", expires_in=timedelta(seconds=30))  # inside the skew, not yet expired
+    await save_tokens(database, CIPHER, owner, due)
     async with database.one_statement() as conn:
         assert await claim_refresh(conn, CIPHER, owner, "demo", skew=SKEW, lease_for=timedelta(minutes=1))
     async with asyncio.timeout(5):
@@ -152,7 +133,7 @@ async def test_a_caller_gives_up_after_the_bounded_wait_when_the_refresher_never
     database: Database, new_principal: Callable[[], Principal]
 ) -> None:
     owner = new_principal()
-    await _save(database, owner, _tokens("stuck", expires_in=timedelta(minutes=-1)))
+    await save_tokens(database, CIPHER, owner, token_set("stuck", expires_in=timedelta(minutes=-1)))
     async with database.one_statement() as conn:  # a refresher that died mid-call: its lease just runs out
         assert await claim_refresh(conn, CIPHER, owner, "demo", skew=SKEW, lease_for=timedelta(minutes=1))
     async with asyncio.timeout(5):
@@ -165,7 +146,7 @@ async def test_invalid_grant_marks_the_connection_for_reauthorisation_and_return
     database: Database, new_principal: Callable[[], Principal]
 ) -> None:
     owner = new_principal()
-    await _save(database, owner, _tokens("revoked", expires_in=timedelta(seconds=10)))
+    await save_tokens(database, CIPHER, owner, token_set("revoked", expires_in=timedelta(seconds=10)))
     calls = 0
 
     async def refresh(_: str) -> TokenSet:
@@ -188,8 +169,8 @@ async def test_a_failed_refresh_leaves_the_tokens_untouched_is_audited_and_other
     database: Database, new_principal: Callable[[], Principal]
 ) -> None:
     owner = new_principal()
-    tokens = _tokens("kept", expires_in=timedelta(minutes=-1))
-    await _save(database, owner, tokens)
+    tokens = token_set("kept", expires_in=timedelta(minutes=-1))
+    await save_tokens(database, CIPHER, owner, tokens)
 
     class ProviderDownError(Exception):
         pass
@@ -208,7 +189,7 @@ async def test_a_failed_refresh_leaves_the_tokens_untouched_is_audited_and_other
         await refresher.usable_tokens(owner, "demo", refresh)
     assert caught.value.error == "refresh_failed_recently"
     assert calls == 1
-    assert await _stored(database, owner) == tokens
+    assert await stored_tokens(database, CIPHER, owner) == tokens
     assert await _audit(database, owner) == [("refresh", "failed", "ProviderDownError")]
 
 
@@ -216,7 +197,7 @@ async def test_a_provider_slower_than_the_refresh_timeout_is_abandoned_and_audit
     database: Database, new_principal: Callable[[], Principal]
 ) -> None:
     owner = new_principal()
-    await _save(database, owner, _tokens("slow", expires_in=timedelta(minutes=-1)))
+    await save_tokens(database, CIPHER, owner, token_set("slow", expires_in=timedelta(minutes=-1)))
 
     async def hangs(_: str) -> TokenSet:
         await asyncio.Event().wait()
@@ -233,7 +214,7 @@ async def test_an_expired_token_without_a_refresh_token_needs_reauthorisation(
     database: Database, new_principal: Callable[[], Principal]
 ) -> None:
     owner = new_principal()
-    await _save(database, owner, _tokens("once", expires_in=timedelta(minutes=-1), refresh=False))
+    await save_tokens(database, CIPHER, owner, token_set("once", expires_in=timedelta(minutes=-1), refresh=False))
     assert await _refresher(database).usable_tokens(owner, "demo", _never) is None
     async with database.one_statement() as conn:
         info = await VaultRepository(conn, CIPHER).info(owner, "demo")
@@ -246,8 +227,8 @@ async def test_no_token_value_appears_in_reprs_errors_or_logs(
 ) -> None:
     caplog.set_level(logging.DEBUG)
     owner = new_principal()
-    tokens = _tokens("leak", expires_in=timedelta(minutes=-1))
-    await _save(database, owner, tokens)
+    tokens = token_set("leak", expires_in=timedelta(minutes=-1))
+    await save_tokens(database, CIPHER, owner, tokens)
 
     async def failing(refresh_token: str) -> TokenSet:
         raise RuntimeError(f"boom {refresh_token}"[:4])
@@ -262,7 +243,7 @@ async def test_no_token_value_appears_in_reprs_errors_or_logs(
         stored = await VaultRepository(conn, CIPHER).read(owner, "demo")
     assert await refresher.usable_tokens(owner, "demo", refused) is None
     with pytest.raises(DecryptError) as caught:
-        await _stored(database, owner, TokenCipher([OTHER]))
+        await stored_tokens(database, TokenCipher([OTHER]), owner)
     shown = " ".join([repr(tokens), repr(stored), str(tokens), str(caught.value), caplog.text])
     for secret in ("at-leak-SECRET", "rt-leak-SECRET", KEY.decode()):
         assert secret not in shown
@@ -273,20 +254,21 @@ async def test_a_refresh_overtaken_by_a_new_authorization_answers_with_the_new_t
     database: Database, new_principal: Callable[[], Principal]
 ) -> None:
     owner = new_principal()
-    await _save(database, owner, _tokens("old", expires_in=timedelta(minutes=-1)))
-    reconnected = _tokens("reconnected")
+    await save_tokens(database, CIPHER, owner, token_set("old", expires_in=timedelta(minutes=-1)))
+    reconnected = token_set("reconnected")
     discarded: list[TokenSet] = []
 
     async def refresh(_: str) -> TokenSet:
-        await _save(database, owner, reconnected)  # the user authorised again meanwhile: the lease is dropped
-        return _tokens("refreshed")
+        # The user authorised again meanwhile: the lease is dropped.
+        await save_tokens(database, CIPHER, owner, reconnected)
+        return token_set("refreshed")
 
     async def discard(tokens: TokenSet) -> str:
         discarded.append(tokens)
         return "revoked"
 
     assert await _refresher(database).usable_tokens(owner, "demo", refresh, discard) == reconnected
-    assert await _stored(database, owner) == reconnected
+    assert await stored_tokens(database, CIPHER, owner) == reconnected
     assert discarded == []
     assert await _audit(database, owner) == [("refresh", "lease_lost", "superseded")]
 
@@ -334,8 +316,9 @@ async def test_a_refresh_in_flight_at_disconnect_returns_nothing_stores_nothing_
     secret = oauth_client_secrets[DEMO_CLIENT_ID]
     owner = Principal(devidp.issuer, f"leaving-{uuid.uuid4().hex[:8]}")
     issued = await asyncio.to_thread(demo_provider_tokens, devidp, public_url, secret, owner.subject)
-    await _save(
+    await save_tokens(
         database,
+        CIPHER,
         owner,
         TokenSet(
             access_token=issued["access_token"],
@@ -374,7 +357,7 @@ async def test_a_refresh_in_flight_at_disconnect_returns_nothing_stores_nothing_
     assert disconnected.was_connected
     assert disconnected.revocation == "revoked"
     assert result is None, "the tool call got tokens for a connection that was just disconnected"
-    assert await _stored(database, owner) is None
+    assert await stored_tokens(database, CIPHER, owner) is None
     # Upstream: besides the disconnect's two revocations, the refresher revoked what it was given.
     assert (await devidp.stats())["revocations"] == revocations + 2 + (2 if fresh_refresh else 1)
     assert (await asyncio.to_thread(_introspect, devidp, fresh_access, secret))["active"] is False

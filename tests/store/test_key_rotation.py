@@ -1,33 +1,18 @@
 """Key rotation against a private database: every row moves to the newest key, unreadable rows stay counted."""
 
 import asyncio
-from datetime import UTC, datetime, timedelta
 
 from store.crypto import TokenCipher
 from store.db import Database
 from store.key_rotation import count_stale, reencrypt_all
 from store.principal import Principal
-from store.vault import TokenSet, VaultRepository
+from store.vault import VaultRepository
 from tests.support.scratch import scratch_database
+from tests.support.vault import stored_tokens, token_set
 
 KEY = b"test-vault-key-" + b"k" * 20 + b"-0123456789"
 OLD = b"old-vault-key-" + b"o" * 20 + b"-abcdefghij"
 NEW = b"new-vault-key-" + b"n" * 20 + b"-ABCDEFGHIJ"
-
-
-def _tokens(tag: str, *, refresh: bool = True) -> TokenSet:
-    return TokenSet(
-        access_token=f"at-{tag}-SECRET",
-        refresh_token=f"rt-{tag}-SECRET" if refresh else None,
-        expires_at=datetime.now(UTC) + timedelta(hours=1),
-        scopes=("read", "write"),
-    )
-
-
-async def _stored_tokens(database: Database, owner: Principal, cipher: TokenCipher) -> TokenSet | None:
-    async with database.one_statement() as conn:
-        stored = await VaultRepository(conn, cipher).read(owner, "demo")
-    return stored.tokens if stored is not None else None
 
 
 def test_key_rotation_moves_every_row_to_the_newest_key(admin_database_url: str) -> None:
@@ -43,12 +28,12 @@ def test_key_rotation_moves_every_row_to_the_newest_key(admin_database_url: str)
             old, ring, new = TokenCipher([OLD]), TokenCipher([NEW, OLD]), TokenCipher([NEW])
             for n, owner in enumerate(owners):
                 async with database.transaction() as conn:
-                    await VaultRepository(conn, old).save(owner, "demo", _tokens(f"r{n}", refresh=n % 2 == 0))
+                    await VaultRepository(conn, old).save(owner, "demo", token_set(f"r{n}", refresh=n % 2 == 0))
             async with database.transaction() as conn:
                 stranger = Principal("https://issuer.test", "stranger")
-                await VaultRepository(conn, TokenCipher([KEY])).save(stranger, "demo", _tokens("s"))
+                await VaultRepository(conn, TokenCipher([KEY])).save(stranger, "demo", token_set("s"))
             for n, owner in enumerate(owners):
-                tokens = await _stored_tokens(database, owner, ring)
+                tokens = await stored_tokens(database, ring, owner)
                 assert tokens is not None
                 assert tokens.access_token == f"at-r{n}-SECRET"
             async with database.engine.connect() as conn:
@@ -60,7 +45,7 @@ def test_key_rotation_moves_every_row_to_the_newest_key(admin_database_url: str)
                 assert await reencrypt_all(conn, ring, batch_size=3) == 0
                 await conn.rollback()
             for n, owner in enumerate(owners):
-                tokens = await _stored_tokens(database, owner, new)
+                tokens = await stored_tokens(database, new, owner)
                 assert tokens is not None
                 assert (tokens.access_token, tokens.refresh_token) == (
                     f"at-r{n}-SECRET",

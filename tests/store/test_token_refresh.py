@@ -2,7 +2,7 @@
 
 import asyncio
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 
 from store.crypto import TokenCipher
 from store.db import Database
@@ -17,24 +17,12 @@ from store.token_refresh import (
     store_refreshed,
 )
 from store.vault import TokenSet, VaultRepository
+from tests.support.vault import save_tokens, token_set
 
 CIPHER = TokenCipher([b"test-lease-key-" + b"l" * 20 + b"-0123456789"])
 SKEW = timedelta(minutes=1)
 LEASE = timedelta(seconds=30)
-
-
-def _tokens(tag: str, *, expires_in: timedelta | None = timedelta(minutes=-1), refresh: bool = True) -> TokenSet:
-    return TokenSet(
-        access_token=f"at-{tag}-SECRET",
-        refresh_token=f"rt-{tag}-SECRET" if refresh else None,
-        expires_at=datetime.now(UTC) + expires_in if expires_in is not None else None,
-        scopes=("read", "write"),
-    )
-
-
-async def _save(database: Database, owner: Principal, tokens: TokenSet) -> None:
-    async with database.transaction() as conn:
-        await VaultRepository(conn, CIPHER).save(owner, "demo", tokens)
+DUE = timedelta(minutes=-1)  # expired a minute ago: a refresh is due
 
 
 async def _claim(database: Database, owner: Principal, lease_for: timedelta = LEASE) -> RefreshLease | None:
@@ -69,7 +57,7 @@ async def test_of_many_concurrent_claims_exactly_one_wins_and_the_others_see_the
     database: Database, new_principal: Callable[[], Principal]
 ) -> None:
     owner = new_principal()
-    await _save(database, owner, _tokens("due"))
+    await save_tokens(database, CIPHER, owner, token_set("due", expires_in=DUE))
     leases = await asyncio.gather(*(_claim(database, owner) for _ in range(8)))
     winners = [lease for lease in leases if lease is not None]
     assert len(winners) == 1
@@ -82,8 +70,8 @@ async def test_nothing_is_leased_for_a_fresh_token_one_without_refresh_token_or_
     database: Database, new_principal: Callable[[], Principal]
 ) -> None:
     fresh, once, stranger = new_principal(), new_principal(), new_principal()
-    await _save(database, fresh, _tokens("fresh", expires_in=timedelta(hours=1)))
-    await _save(database, once, _tokens("once", refresh=False))
+    await save_tokens(database, CIPHER, fresh, token_set("fresh"))
+    await save_tokens(database, CIPHER, once, token_set("once", expires_in=DUE, refresh=False))
     assert await _claim(database, fresh) is None
     assert await _claim(database, once) is None
     assert await _claim(database, stranger) is None
@@ -98,7 +86,7 @@ async def test_the_write_back_stores_the_new_tokens_releases_the_lease_and_keeps
     database: Database, new_principal: Callable[[], Principal]
 ) -> None:
     owner = new_principal()
-    await _save(database, owner, _tokens("old"))
+    await save_tokens(database, CIPHER, owner, token_set("old", expires_in=DUE))
     lease = await _won(database, owner)
     renewed = TokenSet(access_token="at-new-SECRET", refresh_token=None, expires_at=None, scopes=())
     assert await _write_back(database, lease, renewed)
@@ -115,12 +103,12 @@ async def test_a_write_back_whose_lease_expired_and_was_taken_over_stores_nothin
     database: Database, new_principal: Callable[[], Principal]
 ) -> None:
     owner = new_principal()
-    await _save(database, owner, _tokens("old"))
+    await save_tokens(database, CIPHER, owner, token_set("old", expires_in=DUE))
     slow = await _won(database, owner, lease_for=timedelta(0))  # expires at once
     quick = await _won(database, owner)
-    assert await _write_back(database, quick, _tokens("quick", expires_in=timedelta(hours=1)))
+    assert await _write_back(database, quick, token_set("quick"))
     async with database.transaction() as conn:
-        assert not await store_refreshed(conn, CIPHER, slow, _tokens("slow", expires_in=timedelta(hours=1)))
+        assert not await store_refreshed(conn, CIPHER, slow, token_set("slow"))
         assert not await mark_needs_reauth_under_lease(conn, slow)
     assert (await _stored(database, owner)).access_token == "at-quick-SECRET"
 
@@ -129,10 +117,10 @@ async def test_a_new_authorization_drops_the_lease_so_the_old_grants_write_back_
     database: Database, new_principal: Callable[[], Principal]
 ) -> None:
     owner = new_principal()
-    await _save(database, owner, _tokens("old"))
+    await save_tokens(database, CIPHER, owner, token_set("old", expires_in=DUE))
     lease = await _won(database, owner)
-    await _save(database, owner, _tokens("reconnected", expires_in=timedelta(hours=1)))
-    assert not await _write_back(database, lease, _tokens("late", expires_in=timedelta(hours=1)))
+    await save_tokens(database, CIPHER, owner, token_set("reconnected"))
+    assert not await _write_back(database, lease, token_set("late"))
     assert (await _stored(database, owner)).access_token == "at-reconnected-SECRET"
 
 
@@ -140,11 +128,11 @@ async def test_a_needs_reauth_verdict_drops_the_lease_so_a_refresh_in_flight_can
     database: Database, new_principal: Callable[[], Principal]
 ) -> None:
     owner = new_principal()
-    await _save(database, owner, _tokens("old"))
+    await save_tokens(database, CIPHER, owner, token_set("old", expires_in=DUE))
     lease = await _won(database, owner)
     async with database.one_statement() as conn:
         await VaultRepository(conn, CIPHER).mark_needs_reauth(owner, "demo")
-    assert not await _write_back(database, lease, _tokens("late", expires_in=timedelta(hours=1)))
+    assert not await _write_back(database, lease, token_set("late"))
     view = await _view(database, owner)
     assert view.status == "needs_reauth"
     assert view.tokens.access_token == "at-old-SECRET"
@@ -154,8 +142,8 @@ async def test_after_a_failure_nobody_claims_the_lease_until_the_cool_down_passe
     database: Database, new_principal: Callable[[], Principal]
 ) -> None:
     owner, other = new_principal(), new_principal()
-    await _save(database, owner, _tokens("down"))
-    await _save(database, other, _tokens("down-briefly"))
+    await save_tokens(database, CIPHER, owner, token_set("down", expires_in=DUE))
+    await save_tokens(database, CIPHER, other, token_set("down-briefly", expires_in=DUE))
     lease = await _won(database, owner)
     brief = await _won(database, other)
     async with database.one_statement() as conn:

@@ -5,7 +5,7 @@ rotation in tests/store/test_key_rotation.py.
 """
 
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 
 import pytest
 from sqlalchemy import func, select, update
@@ -14,7 +14,8 @@ from store.crypto import DecryptError, TokenCipher
 from store.db import Database
 from store.models import ProviderConnection, table_of
 from store.principal import Principal
-from store.vault import TokenSet, VaultRepository
+from store.vault import VaultRepository
+from tests.support.vault import save_tokens, stored_tokens, token_set
 
 KEY = b"test-vault-key-" + b"k" * 20 + b"-0123456789"
 OLD = b"old-vault-key-" + b"o" * 20 + b"-abcdefghij"
@@ -25,33 +26,13 @@ SKEW = timedelta(minutes=1)
 _table = table_of(ProviderConnection)
 
 
-def _tokens(tag: str, *, expires_in: timedelta | None = timedelta(hours=1), refresh: bool = True) -> TokenSet:
-    return TokenSet(
-        access_token=f"at-{tag}-SECRET",
-        refresh_token=f"rt-{tag}-SECRET" if refresh else None,
-        expires_at=datetime.now(UTC) + expires_in if expires_in is not None else None,
-        scopes=("read", "write"),
-    )
-
-
-async def _save(database: Database, owner: Principal, tokens: TokenSet, provider: str = "demo") -> None:
-    async with database.transaction() as conn:
-        await VaultRepository(conn, CIPHER).save(owner, provider, tokens)
-
-
-async def _stored_tokens(database: Database, owner: Principal, cipher: TokenCipher = CIPHER) -> TokenSet | None:
-    async with database.one_statement() as conn:
-        stored = await VaultRepository(conn, cipher).read(owner, "demo")
-    return stored.tokens if stored is not None else None
-
-
 async def test_saved_tokens_come_back_decrypted_and_are_stored_only_as_ciphertext(
     database: Database, new_principal: Callable[[], Principal]
 ) -> None:
     owner = new_principal()
-    tokens = _tokens("a")
-    await _save(database, owner, tokens)
-    assert await _stored_tokens(database, owner) == tokens
+    tokens = token_set("a")
+    await save_tokens(database, CIPHER, owner, tokens)
+    assert await stored_tokens(database, CIPHER, owner) == tokens
     async with database.transaction() as conn:
         raw = (
             await conn.execute(
@@ -77,8 +58,8 @@ async def test_list_shows_every_provider_of_the_principal_without_token_material
     database: Database, new_principal: Callable[[], Principal]
 ) -> None:
     owner = new_principal()
-    await _save(database, owner, _tokens("b"), provider="zeta")
-    await _save(database, owner, _tokens("a"), provider="alpha")
+    await save_tokens(database, CIPHER, owner, token_set("b"), provider="zeta")
+    await save_tokens(database, CIPHER, owner, token_set("a"), provider="alpha")
     async with database.transaction() as conn:
         listed = await VaultRepository(conn, CIPHER).list(owner)
     assert [(c.provider, c.status) for c in listed] == [("alpha", "connected"), ("zeta", "connected")]
@@ -89,14 +70,14 @@ async def test_saving_again_replaces_the_tokens_and_reconnects_a_connection_that
     database: Database, new_principal: Callable[[], Principal]
 ) -> None:
     owner = new_principal()
-    await _save(database, owner, _tokens("first"))
+    await save_tokens(database, CIPHER, owner, token_set("first"))
     async with database.transaction() as conn:
         await VaultRepository(conn, CIPHER).mark_needs_reauth(owner, "demo")
         info = await VaultRepository(conn, CIPHER).info(owner, "demo")
     assert info is not None
     assert info.status == "needs_reauth"
-    second = _tokens("second", refresh=False)
-    await _save(database, owner, second)
+    second = token_set("second", refresh=False)
+    await save_tokens(database, CIPHER, owner, second)
     async with database.transaction() as conn:
         info = await VaultRepository(conn, CIPHER).info(owner, "demo")
         count = await conn.scalar(
@@ -105,15 +86,15 @@ async def test_saving_again_replaces_the_tokens_and_reconnects_a_connection_that
     assert info is not None
     assert info.status == "connected"
     assert count == 1
-    assert await _stored_tokens(database, owner) == second
+    assert await stored_tokens(database, CIPHER, owner) == second
 
 
 async def test_another_principal_sees_and_changes_nothing(
     database: Database, new_principal: Callable[[], Principal]
 ) -> None:
     alice, bob = new_principal(), new_principal()
-    tokens = _tokens("alice")
-    await _save(database, alice, tokens)
+    tokens = token_set("alice")
+    await save_tokens(database, CIPHER, alice, tokens)
     async with database.transaction() as conn:
         vault = VaultRepository(conn, CIPHER)
         assert await vault.list(bob) == []
@@ -125,22 +106,22 @@ async def test_another_principal_sees_and_changes_nothing(
         info = await VaultRepository(conn, CIPHER).info(alice, "demo")
     assert info is not None
     assert info.status == "connected"
-    assert await _stored_tokens(database, alice) == tokens
+    assert await stored_tokens(database, CIPHER, alice) == tokens
 
 
 async def test_a_ciphertext_moved_to_another_row_or_column_does_not_decrypt_and_the_error_names_no_token(
     database: Database, new_principal: Callable[[], Principal]
 ) -> None:
     alice, bob = new_principal(), new_principal()
-    await _save(database, alice, _tokens("alice"))
-    await _save(database, bob, _tokens("bob"))
+    await save_tokens(database, CIPHER, alice, token_set("alice"))
+    await save_tokens(database, CIPHER, bob, token_set("bob"))
     async with database.transaction() as conn:
         alices = (
             await conn.execute(select(_table.c.access_token_enc).where(_table.c.principal_sub == alice.subject))
         ).scalar_one()
         await conn.execute(update(_table).where(_table.c.principal_sub == bob.subject).values(access_token_enc=alices))
     with pytest.raises(DecryptError) as caught:
-        await _stored_tokens(database, bob)
+        await stored_tokens(database, CIPHER, bob)
     assert "SECRET" not in str(caught.value)
     assert alices not in str(caught.value)
 
@@ -152,15 +133,15 @@ async def test_a_ciphertext_moved_to_another_row_or_column_does_not_decrypt_and_
             .values(refresh_token_enc=_table.c.access_token_enc)
         )
     with pytest.raises(DecryptError):
-        await _stored_tokens(database, alice)
+        await stored_tokens(database, CIPHER, alice)
 
 
 async def test_delete_returns_the_tokens_for_revocation_and_a_second_delete_returns_none(
     database: Database, new_principal: Callable[[], Principal]
 ) -> None:
     owner = new_principal()
-    tokens = _tokens("gone")
-    await _save(database, owner, tokens)
+    tokens = token_set("gone")
+    await save_tokens(database, CIPHER, owner, tokens)
     async with database.transaction() as conn:
         assert await VaultRepository(conn, CIPHER).delete(owner, "demo") == tokens
     async with database.transaction() as conn:

@@ -32,12 +32,13 @@ from store.crypto import TokenCipher
 from store.db import Database
 from store.models import AuditEvent, OAuthFlow, ProviderConnection, table_of
 from store.principal import Principal
-from store.vault import TokenSet, VaultRepository
+from store.vault import TokenSet
 from tests.support.browser import BrowserUser, BrowserUserFactory, Landing, LinkOpener
 from tests.support.devidp import DEMO_CLIENT_ID, LOGIN_CLIENT_ID, DevIdP, devidp_clients, start_devidp
 from tests.support.mcp_client import McpClientFactory, connect, text_of
 from tests.support.mrtr import another_instance
 from tests.support.server import RunningServer, run_server
+from tests.support.vault import stored_tokens
 from tests.support.waiting import free_port
 
 WHOAMI = {"provider": "demo"}
@@ -82,6 +83,15 @@ async def _retry(client: Client, previous: InputRequiredResult, action: str = "a
     )
 
 
+def _profile_subject(result: CallToolResult | InputRequiredResult) -> str:
+    """The ``sub`` of the provider profile a finished ``connection_whoami`` returned."""
+    assert isinstance(result, CallToolResult), result
+    assert not result.is_error, text_of(result)
+    assert result.structured_content is not None
+    subject: str = result.structured_content["profile"]["sub"]
+    return subject
+
+
 async def _never_called(_context: ClientRequestContext, params: ElicitRequestParams) -> ElicitResult:
     raise AssertionError(f"unexpected elicitation {params!r}")
 
@@ -91,10 +101,8 @@ def _principal(devidp: DevIdP, username: str) -> Principal:
 
 
 async def _stored_tokens(database: Database, keys: str, principal: Principal) -> TokenSet | None:
-    cipher = TokenCipher([key.encode() for key in keys.split(",")])
-    async with database.transaction() as conn:
-        locked = await VaultRepository(conn, cipher).read(principal, "demo")
-    return locked.tokens if locked is not None else None
+    """``principal``'s demo tokens, read with the server's ``TOKEN_ENCRYPTION_KEYS``."""
+    return await stored_tokens(database, TokenCipher([key.encode() for key in keys.split(",")]), principal)
 
 
 async def _audit_outcomes(database: Database, principal: Principal) -> list[tuple[str, str]]:
@@ -152,8 +160,7 @@ async def test_alice_connects_demo_in_her_browser_and_the_retried_call_returns_h
     async with wire_mcp_client("alice", elicitation_callback=_never_called) as client:
         again = await client.call_tool("connection_whoami", WHOAMI)
         listed = await client.call_tool("connection_list", {})
-    assert again.structured_content is not None
-    assert again.structured_content["profile"]["sub"] == "alice"
+    assert _profile_subject(again) == "alice"
     assert listed.structured_content is not None
     (demo,) = listed.structured_content["connections"]
     assert demo["provider"] == "demo"
@@ -198,10 +205,7 @@ async def test_mallory_opening_alices_link_is_refused_and_nothing_is_stored_and_
         landing = await person.open(url)
         assert landing.status == 200, landing.text
         done = await _retry(client, first)
-    assert isinstance(done, CallToolResult)
-    assert not done.is_error, done
-    assert done.structured_content is not None
-    assert done.structured_content["profile"]["sub"] == alice_name
+    assert _profile_subject(done) == alice_name
 
 
 async def test_a_callback_replayed_with_its_used_state_is_refused_and_changes_nothing(
@@ -268,10 +272,7 @@ async def test_a_callback_replayed_without_the_owners_session_is_refused_and_lea
             done = await _retry(client, first)
     finally:
         await devidp.set_authorization_fault("ok")
-    assert isinstance(done, CallToolResult)
-    assert not done.is_error, done
-    assert done.structured_content is not None
-    assert done.structured_content["profile"]["sub"] == alice_name
+    assert _profile_subject(done) == alice_name
 
 
 async def test_an_expired_flow_stops_link_callback_and_retry_with_clear_messages(
@@ -451,9 +452,7 @@ async def test_two_instances_refreshing_an_expired_token_at_once_reach_the_provi
     stats = await devidp.stats()
     assert stats["refresh_requests"] == 1, stats
     for outcome in results:
-        assert not outcome.is_error, text_of(outcome)
-        assert outcome.structured_content is not None
-        assert outcome.structured_content["profile"]["sub"] == person.username
+        assert _profile_subject(outcome) == person.username
     assert ("refresh", "ok") in await _audit_outcomes(database, _principal(devidp, person.username))
 
 
@@ -524,9 +523,7 @@ async def test_a_token_copied_into_another_users_row_does_not_open_and_a_new_fir
     with another_instance(server_env, public_url=public_url, TOKEN_ENCRYPTION_KEYS=new_first) as rotated:
         async with _client_to(rotated, devidp, server.mcp_url, victim.username) as client:
             read = await client.call_tool("connection_whoami", WHOAMI)
-    assert not read.is_error, text_of(read)
-    assert read.structured_content is not None
-    assert read.structured_content["profile"]["sub"] == victim.username
+    assert _profile_subject(read) == victim.username
 
     # A ciphertext moved into another row is bound to its own row and principal: it does not open there.
     async with database.transaction() as conn:
@@ -612,6 +609,4 @@ async def test_the_compose_shape_works_browser_and_server_reach_the_idp_under_di
         sign_in_hosts = {httpx2.URL(url).host for url in landing.visited if "/interaction/" in url}
     assert landing.status == 200, landing.text
     assert sign_in_hosts == {"localhost"}
-    assert not result.is_error, text_of(result)
-    assert result.structured_content is not None
-    assert result.structured_content["profile"]["sub"] == person.username
+    assert _profile_subject(result) == person.username

@@ -26,6 +26,7 @@ import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
+from tests.support.mcp_client import cart_with_first_product
 from tests.support.waiting import free_port, wait_until
 
 REPO = Path(__file__).resolve().parents[1]
@@ -175,14 +176,7 @@ async def test_coatcheck_dev_serves_the_whole_stack_stops_on_sigint_and_keeps_th
             token = await _dev_token(first, username)
             http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=httpx2.Timeout(30.0))
             async with http, Client(streamable_http_client(first.mcp_url, http_client=http)) as client:
-                found = await client.call_tool("catalog_search", {"limit": 1})
-                assert found.structured_content is not None
-                sku = found.structured_content["products"][0]["sku"]
-                created = await client.call_tool("cart_create", {})
-                assert created.structured_content is not None
-                cart_id = created.structured_content["cart_id"]
-                updated = await client.call_tool("cart_set_item", {"cart_id": cart_id, "sku": sku, "quantity": 3})
-                assert not updated.is_error, updated
+                cart_id, sku = await cart_with_first_product(client, quantity=3)
 
             assert _postgres_processes(data_dir), "the embedded PostgreSQL is not running from the data directory"
             _stop_with_sigint(first)

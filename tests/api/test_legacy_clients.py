@@ -28,7 +28,7 @@ from mcp import Client, MCPError
 
 from tests.support.devidp import DevIdP
 from tests.support.inprocess import InProcessApp, settings_from, started_app
-from tests.support.mcp_client import text_of
+from tests.support.mcp_client import cart_with_first_product, text_of
 from tests.support.wire import PROTOCOL_VERSION, modern_request, post_async, response_message
 
 LEGACY_VERSION = "2025-11-25"
@@ -80,15 +80,7 @@ async def test_a_2025_11_25_client_uses_every_cart_tool_on_the_same_endpoint(app
             assert client.protocol_version == LEGACY_VERSION
             names = {tool.name for tool in (await client.list_tools()).tools}
             assert {"catalog_search", "cart_create", "cart_set_item", "cart_view", "cart_list", "cart_delete"} <= names
-            found = await client.call_tool("catalog_search", {"limit": 1})
-            assert not found.is_error
-            assert found.structured_content is not None
-            sku = found.structured_content["products"][0]["sku"]
-            created = await client.call_tool("cart_create", {})
-            assert created.structured_content is not None
-            cart_id = created.structured_content["cart_id"]
-            updated = await client.call_tool("cart_set_item", {"cart_id": cart_id, "sku": sku, "quantity": 2})
-            assert not updated.is_error, text_of(updated)
+            cart_id, _ = await cart_with_first_product(client, quantity=2)
             viewed = await client.call_tool("cart_view", {"cart_id": cart_id})
             assert viewed.structured_content is not None
             assert viewed.structured_content["items"][0]["quantity"] == 2
@@ -107,13 +99,7 @@ async def test_checkout_tells_a_2025_11_25_client_it_needs_2026_07_28_and_change
         async with _legacy_client(app, token) as client:
             names = {tool.name for tool in (await client.list_tools()).tools}
             assert "cart_checkout" in names, sorted(names)
-            found = await client.call_tool("catalog_search", {"limit": 1})
-            assert found.structured_content is not None
-            created = await client.call_tool("cart_create", {})
-            assert created.structured_content is not None
-            cart_id = created.structured_content["cart_id"]
-            sku = found.structured_content["products"][0]["sku"]
-            await client.call_tool("cart_set_item", {"cart_id": cart_id, "sku": sku, "quantity": 1})
+            cart_id, _ = await cart_with_first_product(client, quantity=1)
 
             result = await client.call_tool("cart_checkout", {"cart_id": cart_id})
 

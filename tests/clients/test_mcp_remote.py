@@ -10,6 +10,7 @@ from mcp import Client, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
 from tests.support.devidp import DevIdP
+from tests.support.mcp_client import cart_with_first_product
 from tests.support.node import NodeClients
 from tests.support.server import RunningServer
 
@@ -37,14 +38,7 @@ async def test_the_sdk_stdio_client_runs_the_cart_flow_through_mcp_remote(
     with anyio.fail_after(BOUND), log_path.open("w") as log:
         async with Client(stdio_client(bridge, errlog=log)) as client:
             assert client.protocol_version == "2026-07-28"
-            found = await client.call_tool("catalog_search", {"limit": 1})
-            assert found.structured_content is not None
-            sku = found.structured_content["products"][0]["sku"]
-            created = await client.call_tool("cart_create", {})
-            assert created.structured_content is not None
-            cart_id = created.structured_content["cart_id"]
-            updated = await client.call_tool("cart_set_item", {"cart_id": cart_id, "sku": sku, "quantity": 2})
-            assert not updated.is_error, updated
+            cart_id, sku = await cart_with_first_product(client, quantity=2)
             viewed = await client.call_tool("cart_view", {"cart_id": cart_id})
             assert viewed.structured_content is not None
             assert [(i["sku"], i["quantity"]) for i in viewed.structured_content["items"]] == [(sku, 2)]

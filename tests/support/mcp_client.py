@@ -34,3 +34,11 @@ async def call_ok(client: Client, tool: str, arguments: dict[str, Any] | None = 
     content: dict[str, Any] | None = result.structured_content
     assert content is not None, f"{tool} returned no structured content"
     return content
+
+
+async def cart_with_first_product(client: Client, quantity: int) -> tuple[str, str]:
+    """Create a cart holding ``quantity`` of the catalog's first product; return the cart id and the product's sku."""
+    sku: str = (await call_ok(client, "catalog_search", {"limit": 1}))["products"][0]["sku"]
+    cart_id: str = (await call_ok(client, "cart_create"))["cart_id"]
+    await call_ok(client, "cart_set_item", {"cart_id": cart_id, "sku": sku, "quantity": quantity})
+    return cart_id, sku

@@ -53,6 +53,8 @@
 //   DEVIDP_DEV_TOKENS    "0" removes POST /dev/token. Default: on.
 //   DEVIDP_TRUST_PROXY   "1" trusts X-Forwarded-* headers (a TLS-terminating
 //                        proxy in front).
+//   DEVIDP_RP_LOGOUT     "0" turns off RP-initiated logout (no end_session_endpoint
+//                        in discovery), like an IdP without it. Default: on.
 //   DEVIDP_LOG           "0" turns off the per-request log line. Default: on.
 //                        Tokens, codes, secrets and query strings are never
 //                        logged.
@@ -61,6 +63,7 @@
 //   GET  /.well-known/openid-configuration and /.well-known/oauth-authorization-server
 //   GET  /interaction/:uid           login page (HTML form, field "username")
 //   POST /interaction/:uid/login     form submit; signs in, grants consent
+//   GET  /session/end                RP-initiated logout: a confirm page ("Yes, sign me out")
 //   POST /dev/token                  mint an access token without a browser
 //   GET  /dev/health                 200 {"status":"ok"}
 //   GET  /dev/stats                  counters; DELETE /dev/stats resets them
@@ -146,6 +149,7 @@ const PKCE_REQUIRED = env.DEVIDP_PKCE_REQUIRED || 'all';
 if (!['all', 'public'].includes(PKCE_REQUIRED)) fail('DEVIDP_PKCE_REQUIRED must be "all" or "public"');
 const DEV_TOKENS = env.DEVIDP_DEV_TOKENS !== '0';
 const LOG_REQUESTS = env.DEVIDP_LOG !== '0';
+const RP_LOGOUT = env.DEVIDP_RP_LOGOUT !== '0';
 
 let STATIC_CLIENTS = [];
 if (env.DEVIDP_CLIENTS && env.DEVIDP_CLIENTS.trim()) {
@@ -368,6 +372,23 @@ ${error ? `<p class="error">${esc(error)}</p>` : ''}
 </form>`);
 }
 
+// RP-initiated logout: the confirm page (oidc-provider's form, our buttons; "logout=yes" ends the whole
+// session, the other button only this client's part of it) and the page shown when no
+// post_logout_redirect_uri was given. oidc-provider's own pages load web fonts from elsewhere.
+async function logoutSource(ctx, form) {
+  const client = ctx.oidc.client;
+  const label = client ? (client.clientName || client.clientId) : '';
+  ctx.body = page('Sign out', `<h1>Sign out</h1>
+<p>${label ? `<strong>${esc(label)}</strong> asks to sign you out. ` : ''}Do you want to sign out of this identity provider?</p>
+${form}
+<button autofocus type="submit" form="op.logoutForm" value="yes" name="logout">Yes, sign me out</button>
+<button type="submit" form="op.logoutForm">No, stay signed in</button>`);
+}
+
+async function postLogoutSuccessSource(ctx) {
+  ctx.body = page('Signed out', '<h1>Signed out</h1><p>You are signed out of this identity provider.</p>');
+}
+
 async function renderError(ctx, out) {
   ctx.type = 'html';
   ctx.body = page('Error', `<h1>Error</h1>
@@ -418,6 +439,7 @@ const configuration = {
       allowedPolicy: async (_ctx, client, token) => client.clientAuthMethod !== 'none' || token.clientId === client.clientId,
     },
     userinfo: { enabled: true },
+    rpInitiatedLogout: { enabled: RP_LOGOUT, logoutSource, postLogoutSuccessSource },
     resourceIndicators: {
       enabled: true,
       defaultResource,

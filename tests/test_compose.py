@@ -134,6 +134,8 @@ def test_the_dev_idp_knows_coatchecks_login_client_and_every_provider_client(com
     login = clients[app_env["OIDC_CLIENT_ID"]]
     assert login["client_secret"] == app_env["OIDC_CLIENT_SECRET"]
     assert login["redirect_uris"] == [f"{public_url}/oauth/login/callback"]
+    # Where the dev IdP sends the browser back after signing out there (RP-initiated logout).
+    assert login["post_logout_redirect_uris"] == [f"{public_url}/connect/signout"]
     for name, provider in json.loads(app_env["PROVIDERS"]).items():
         client = clients[provider["client_id"]]
         assert client["client_secret"] == app_env[provider["client_secret_env"]], name

@@ -6,6 +6,7 @@ header that would reach them.
 """
 
 import json
+import re
 import threading
 import uuid
 from collections.abc import Iterator
@@ -183,6 +184,7 @@ def test_both_discovery_documents_list_the_endpoints_an_mcp_client_needs(idp: De
             "revocation_endpoint": "/token/revocation",
             "userinfo_endpoint": "/me",
             "jwks_uri": "/jwks",
+            "end_session_endpoint": "/session/end",
         }.items():
             assert metadata[endpoint] == f"{idp.issuer}{path}"
         assert metadata["code_challenge_methods_supported"] == ["S256"]
@@ -511,6 +513,79 @@ def test_login_form_rejects_an_empty_username(idp: DevIdP, browser: httpx2.Clien
 
     assert response.status_code == 400
     assert LOGIN_FORM.search(response.text) is not None
+
+
+def test_rp_initiated_logout_asks_to_confirm_returns_only_to_a_registered_uri_and_ends_the_session(
+    idp: DevIdP, browser: httpx2.Client
+) -> None:
+    redirect_uri, after_logout = "http://localhost:40007/callback", "http://localhost:40007/signed-out"
+    metadata = {
+        "client_name": "Test RP",
+        "redirect_uris": [redirect_uri],
+        "post_logout_redirect_uris": [after_logout],
+        "token_endpoint_auth_method": "none",
+    }
+    registered = httpx2.post(f"{idp.issuer}/reg", json=metadata, timeout=10.0)
+    assert registered.status_code == 201, registered.text
+    client_id = registered.json()["client_id"]
+    username = unique_user()
+    sign_in(
+        idp,
+        browser,
+        client_id=client_id,
+        redirect_uri=redirect_uri,
+        username=username,
+        scope="openid",
+        pkce=Pkce.new(),
+        resource=None,
+    )
+
+    elsewhere = browser.get(
+        f"{idp.issuer}/session/end", params={"client_id": client_id, "post_logout_redirect_uri": "https://evil.test/"}
+    )
+    assert elsewhere.status_code == 400
+    assert "post_logout_redirect_uri not registered" in elsewhere.text
+
+    confirm = browser.get(
+        f"{idp.issuer}/session/end", params={"client_id": client_id, "post_logout_redirect_uri": after_logout}
+    )
+    assert confirm.status_code == 200
+    assert "Development identity provider — not for production" in confirm.text
+    assert "Test RP" in confirm.text
+    form = re.search(
+        r'<form id="op.logoutForm" method="post" action="([^"]+)">.*?name="xsrf" value="([^"]+)"', confirm.text
+    )
+    assert form is not None, confirm.text
+    assert '<button autofocus type="submit" form="op.logoutForm" value="yes" name="logout">' in confirm.text
+    done = browser.post(urljoin(idp.issuer, form[1]), data={"xsrf": form[2], "logout": "yes"})
+    assert done.status_code == 303
+    assert done.headers["location"] == after_logout
+
+    # The session is gone: the next authorization shows the login form again.
+    again = browser.get(
+        f"{idp.issuer}/auth",
+        params={
+            "response_type": "code",
+            "client_id": client_id,
+            "redirect_uri": redirect_uri,
+            "scope": "openid",
+            "state": "s",
+            "code_challenge": Pkce.new().challenge,
+            "code_challenge_method": "S256",
+        },
+    )
+    assert again.status_code == 303
+    login_page = browser.get(urljoin(idp.issuer, again.headers["location"]))
+    assert LOGIN_FORM.search(login_page.text) is not None, login_page.text
+
+
+def test_rp_initiated_logout_is_absent_from_discovery_when_disabled() -> None:
+    with start_devidp(port=free_port(), resources=[RESOURCE], env={"DEVIDP_RP_LOGOUT": "0"}) as idp:
+        metadata = httpx2.get(f"{idp.issuer}/.well-known/openid-configuration", timeout=10.0).json()
+        end_session = httpx2.get(f"{idp.issuer}/session/end", timeout=10.0)
+
+    assert "end_session_endpoint" not in metadata
+    assert end_session.status_code == 404
 
 
 def test_dev_token_endpoint_is_absent_when_disabled() -> None:

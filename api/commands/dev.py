@@ -147,6 +147,7 @@ def _devidp_clients(urls: DevUrls, dev_secrets: dict[str, str]) -> list[dict[str
             "client_secret": dev_secrets["OIDC_CLIENT_SECRET"],
             "client_name": "Coatcheck sign-in (coatcheck dev)",
             "redirect_uris": [f"{urls.public_url}/oauth/login/callback"],
+            "post_logout_redirect_uris": [f"{urls.public_url}/connect/signout"],
             "grant_types": ["authorization_code"],
             "scope": "openid",
         },

@@ -10,10 +10,16 @@ can compare them.
 
 The authorization endpoint is the public one from the issuer's metadata (the browser goes there); the
 token endpoint is reached through ``OIDC_ISSUER_INTERNAL_URL`` when set, like the JWKS.
+
+Signing out at the issuer too (OpenID RP-Initiated Logout 1.0) uses the ``end_session_endpoint`` from the
+same metadata, with ``client_id`` and a registered ``post_logout_redirect_uri`` only: no ``id_token_hint``,
+because the ID token is not kept after sign-in (the session cookie holds the issuer and subject alone).
 """
 
 import logging
+import re
 from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from api.jose import IssuerMetadata, IssuerUnavailable, JwksCache, JwtRejected, verify_id_token
 from api.oauth.client import OAuthClient, OAuthFailure
@@ -22,6 +28,8 @@ from api.oauth.session import BrowserSession
 logger = logging.getLogger(__name__)
 
 LOGIN_SCOPE = "openid"
+# A host that is safe to name in a CSP header (the sign-out form's form-action) as well as in a URL.
+_PLAIN_HOST = re.compile(r"[A-Za-z0-9.-]+")
 
 
 class LoginFailed(Exception):  # noqa: N818 - a verdict
@@ -115,3 +123,58 @@ class OidcLogin:
         except JwtRejected as exc:
             raise LoginFailed(f"ID token {exc}") from None
         return BrowserSession(issuer=self.issuer, subject=str(claims["sub"]))
+
+    async def end_session_url(self, *, post_logout_redirect_uri: str) -> str | None:
+        """Where to send a signed-out browser to end its session at the issuer too, or ``None`` when the
+        issuer advertises no usable ``end_session_endpoint`` (or its metadata is unavailable right now).
+
+        Built from discovery and configuration only, never from a request; it carries nothing secret.
+        """
+        try:
+            metadata = await self._issuer.document()
+        except IssuerUnavailable as exc:
+            logger.warning("issuer sign-out unavailable: %s", exc)
+            return None
+        endpoint = metadata.get("end_session_endpoint")
+        if not isinstance(endpoint, str):
+            return None
+        endpoint = self._issuer.browser_facing(endpoint)
+        if not _plain_web_url(endpoint):
+            logger.warning("issuer metadata has an unusable end_session_endpoint; signing out locally only")
+            return None
+        parts = urlsplit(endpoint)
+        # The spec lets the endpoint carry a query of its own, which must be kept.
+        query = [
+            *parse_qsl(parts.query, keep_blank_values=True),
+            ("client_id", self._client_id),
+            ("post_logout_redirect_uri", post_logout_redirect_uri),
+        ]
+        return urlunsplit((parts.scheme, _host_port(endpoint), parts.path, urlencode(query), ""))
+
+
+def web_origin(url: str) -> str:
+    """``scheme://host[:port]`` of ``url``, as a CSP source or an ``Origin`` header names it."""
+    return f"{urlsplit(url).scheme}://{_host_port(url)}"
+
+
+def _host_port(url: str) -> str:
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    return host if parts.port is None else f"{host}:{parts.port}"
+
+
+def _plain_web_url(url: str) -> bool:
+    """An http(s) URL with a plain host name, a valid port, no user info and no fragment: safe to redirect to
+    and to name (its origin) in a CSP header."""
+    parts = urlsplit(url)
+    try:
+        parts.port  # noqa: B018 - raises on a malformed port
+    except ValueError:
+        return False
+    return (
+        parts.scheme in ("http", "https")
+        and parts.hostname is not None
+        and _PLAIN_HOST.fullmatch(parts.hostname) is not None
+        and "@" not in parts.netloc
+        and not parts.fragment
+    )

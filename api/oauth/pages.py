@@ -47,12 +47,15 @@ def page(
     status: int,
     tone: str = "err",
     form: tuple[str, dict[str, str], str] | None = None,
+    form_redirects_to: str | None = None,
     cookies: list[Cookie] | None = None,
 ) -> Response[str]:
     """A complete HTML page; every string is escaped here, so callers pass plain text.
 
     ``form`` is ``(action path, hidden fields, button label)``: a same-origin POST form (the page's CSP then
     allows ``form-action 'self'`` and its referrer policy is ``same-origin``; the page has no secret URL).
+    ``form_redirects_to`` is an origin the form's answer may redirect the browser to: browsers apply
+    ``form-action`` to every redirect of a form submission, so it must be listed there too.
     """
     body = "\n".join(f"<p>{escape(text)}</p>" for text in paragraphs)
     headers = SECURITY_HEADERS
@@ -66,7 +69,8 @@ def page(
             f'\n<form method="post" action="{escape(action)}">{hidden}'
             f'<button type="submit">{escape(label)}</button></form>'
         )
-        policy = SECURITY_HEADERS["Content-Security-Policy"].replace("form-action 'none'", "form-action 'self'")
+        targets = "'self'" if form_redirects_to is None else f"'self' {form_redirects_to}"
+        policy = SECURITY_HEADERS["Content-Security-Policy"].replace("form-action 'none'", f"form-action {targets}")
         # Under no-referrer a browser sends "Origin: null" with the form; same-origin keeps it checkable.
         referrer = "same-origin"
         headers = {**SECURITY_HEADERS, "Content-Security-Policy": policy, "Referrer-Policy": referrer}
@@ -182,27 +186,36 @@ def login_failed() -> Response[str]:
     )
 
 
-def signout_form(subject: str, action: str, token: str) -> Response[str]:
+def signout_form(subject: str, action: str, token: str, *, issuer: str, issuer_signout: str | None) -> Response[str]:
+    """The sign-out button; ``issuer_signout`` is the origin of the issuer's end-session endpoint, if it has one."""
+    if issuer_signout is not None:
+        then = f"Signing out here ends that, then takes you to {issuer} to sign out there as well."
+    else:
+        then = f"Signing out here ends that; your account at {issuer} stays signed in there."
     return page(
         "Sign out of Coatcheck",
-        [
-            f"This browser is signed in to Coatcheck as {subject}, to connect accounts.",
-            "Signing out here ends that; your identity provider may still remember you.",
-        ],
+        [f"This browser is signed in to Coatcheck as {subject}, to connect accounts.", then],
         status=200,
         tone="warn",
         form=(action, {"token": token}, "Sign out"),
+        form_redirects_to=issuer_signout,
     )
 
 
-def signed_out(cookies: list[Cookie]) -> Response[str]:
-    return page(
-        "Signed out",
-        ["This browser is no longer signed in to Coatcheck.", "The next connect link will ask you to sign in."],
-        status=200,
-        tone="ok",
-        cookies=cookies,
-    )
+def signed_out(cookies: list[Cookie], *, issuer: str, issuer_signout: bool) -> Response[str]:
+    """The end of a sign-out; without ``issuer_signout`` the issuer's own session was left alone."""
+    if issuer_signout:
+        paragraphs = [
+            "This browser is no longer signed in to Coatcheck.",
+            f"The next connect link will start with signing in at {issuer}.",
+        ]
+    else:
+        paragraphs = [
+            f"You are signed out of Coatcheck; your account at {issuer} may still be signed in.",
+            f"On a shared computer, sign out at {issuer} too or close the browser: otherwise the next connect "
+            "link may sign in as you again without asking.",
+        ]
+    return page("Signed out", paragraphs, status=200, tone="ok", cookies=cookies)
 
 
 def signout_refused() -> Response[str]:

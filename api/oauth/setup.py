@@ -75,4 +75,4 @@ def build_browser_routes(
         session_seconds=settings.browser_session_seconds,
         login_seconds=LOGIN_COOKIE_SECONDS,
     )
-    return [*browser_routes(connections, login, jar), *signout_routes(jar, settings.public_url)]
+    return [*browser_routes(connections, login, jar), *signout_routes(jar, login, settings.public_url)]

@@ -1,10 +1,19 @@
 """Signing the browser out of ``/connect``: ``GET /connect/signout`` (a page with a button), ``POST`` (ends it).
 
-Only the session cookie of ``/connect`` (and a sign-in in progress) is cleared; the identity provider's own
-session is not touched. The POST is refused (403, nothing changed) unless it comes from Coatcheck's own page:
-its ``Origin`` must be ``PUBLIC_URL``'s, and while a session exists its form must carry the token the page
-was rendered with, a MAC of that session cookie (:meth:`CookieJar.signout_token`). The cookies themselves are
-``SameSite=Lax`` and ``HttpOnly``, so another site can neither send nor read them.
+The POST clears the session cookie of ``/connect`` (and a sign-in in progress). When the issuer's metadata
+advertises an ``end_session_endpoint``, it then sends the browser there (OpenID RP-Initiated Logout 1.0, with
+``client_id`` and ``post_logout_redirect_uri`` = this page, no ``id_token_hint`` because none is kept), so
+the identity provider's own session ends too and the next person at this browser must sign in again. The
+issuer may ask the person to confirm; either way it returns to ``GET /connect/signout``, which then says
+"signed out". The redirect target is built from the issuer's metadata and configuration only, never from
+the request. An issuer without that endpoint (or with its metadata unreachable) gets today's local sign-out,
+and the page says that the account at the issuer may still be signed in.
+
+The POST is refused (403, nothing changed, no redirect) unless it comes from Coatcheck's own page: its
+``Origin`` must be ``PUBLIC_URL``'s, and while a session exists its form must carry the token the page was
+rendered with, a MAC of that session cookie (:meth:`CookieJar.signout_token`). The cookies themselves are
+``SameSite=Lax`` and ``HttpOnly``, so another site can neither send nor read them. The form page's CSP
+allows ``form-action`` to the end-session endpoint's origin as well, since browsers check the redirect.
 """
 
 import logging
@@ -15,6 +24,7 @@ from litestar import Request, Response, get, post
 from litestar.handlers import HTTPRouteHandler
 
 from api.oauth import pages
+from api.oauth.login import OidcLogin, web_origin
 from api.oauth.session import LOGIN, SESSION, CookieJar
 
 logger = logging.getLogger(__name__)
@@ -27,17 +37,31 @@ def _origin(url: str) -> str:
     return f"{parts.scheme}://{parts.netloc}"
 
 
-def signout_routes(jar: CookieJar, public_url: str) -> list[HTTPRouteHandler]:
+def signout_routes(jar: CookieJar, login: OidcLogin, public_url: str) -> list[HTTPRouteHandler]:
     """The sign-out page and its form target."""
     own_origin = _origin(public_url)
+    # Registered at the issuer as the client's post_logout_redirect_uri.
+    after_issuer_signout = f"{public_url}{SIGNOUT_PATH}"
+
+    async def issuer_signout() -> str | None:
+        return await login.end_session_url(post_logout_redirect_uri=after_issuer_signout)
 
     @get(SIGNOUT_PATH, include_in_schema=False)
     async def signout_page(request: Request[Any, Any, Any]) -> Response[str]:
         sealed = request.cookies.get(jar.name(SESSION))
         session = jar.read_session(request.cookies)
+        end_session = await issuer_signout()
         if sealed is None or session is None:
-            return pages.signed_out([jar.clear(SESSION), jar.clear(LOGIN)])
-        return pages.signout_form(session.subject, SIGNOUT_PATH, jar.signout_token(sealed))
+            return pages.signed_out(
+                [jar.clear(SESSION), jar.clear(LOGIN)], issuer=login.issuer, issuer_signout=end_session is not None
+            )
+        return pages.signout_form(
+            session.subject,
+            SIGNOUT_PATH,
+            jar.signout_token(sealed),
+            issuer=login.issuer,
+            issuer_signout=None if end_session is None else web_origin(end_session),
+        )
 
     @post(SIGNOUT_PATH, include_in_schema=False, status_code=200)
     async def signout(request: Request[Any, Any, Any]) -> Response[str]:
@@ -51,6 +75,10 @@ def signout_routes(jar: CookieJar, public_url: str) -> list[HTTPRouteHandler]:
             if not isinstance(token, str) or not jar.signout_token_matches(sealed, token):
                 logger.warning("sign-out refused: missing or wrong form token")
                 return pages.signout_refused()
-        return pages.signed_out([jar.clear(SESSION), jar.clear(LOGIN)])
+        cleared = [jar.clear(SESSION), jar.clear(LOGIN)]
+        end_session = await issuer_signout()
+        if end_session is not None:
+            return pages.redirect(end_session, cookies=cleared)
+        return pages.signed_out(cleared, issuer=login.issuer, issuer_signout=False)
 
     return [signout_page, signout]

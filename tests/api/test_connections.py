@@ -4,6 +4,7 @@ all against the app in-process (``create_app``; no behaviour here depends on the
 The flows a person completes in a browser are in tests/browser/test_connect_flow.py.
 """
 
+import re
 import uuid
 from typing import Any
 
@@ -19,11 +20,13 @@ from mcp.types import (
 )
 from sqlalchemy import select
 
+from api.oauth.session import BrowserSession, CookieJar
 from store.db import Database
 from store.models import OAuthFlow, table_of
-from tests.support.devidp import DevIdP
-from tests.support.inprocess import InProcessApp
+from tests.support.devidp import DevIdP, devidp_clients, start_devidp
+from tests.support.inprocess import InProcessApp, settings_from, started_app
 from tests.support.mcp_client import McpClientFactory, text_of
+from tests.support.waiting import free_port
 from tests.support.wire import post_async, response_message
 
 WHOAMI = {"provider": "demo"}
@@ -213,3 +216,36 @@ async def test_a_malformed_or_unknown_connect_link_is_a_404_page_or_a_sign_in(
     assert "SameSite=Lax" in cookie or "samesite=lax" in cookie.lower()
     assert "Secure" not in cookie
     assert location.params["state"] not in cookie  # the cookie is sealed, not a readable copy
+
+
+async def test_signing_out_where_the_issuer_has_no_end_session_endpoint_is_local_and_says_the_idp_may_remember(
+    server_env: dict[str, str], oauth_client_secrets: dict[str, str]
+) -> None:
+    port = free_port()
+    clients = devidp_clients(server_env["PUBLIC_URL"], oauth_client_secrets)
+    with start_devidp(port=port, resources=[], clients=clients, env={"DEVIDP_RP_LOGOUT": "0"}) as idp:
+        async with httpx2.AsyncClient(timeout=10.0) as http:
+            discovery = (await http.get(f"{idp.issuer}/.well-known/openid-configuration")).json()
+        assert "end_session_endpoint" not in discovery
+        settings = settings_from({**server_env, "OIDC_ISSUER": idp.issuer})
+        jar = CookieJar(settings.token_key_ring, secure=False, session_seconds=600, login_seconds=600)
+        cookie = jar.session_cookie(BrowserSession(issuer=idp.issuer, subject=_user()))
+        async with (
+            started_app(settings) as app,
+            app.http(timeout=15.0, cookies={cookie.key: cookie.value or ""}) as http,
+        ):
+            form_page = await http.get("/connect/signout")
+            assert form_page.status_code == 200, form_page.text
+            assert f"your account at {idp.issuer} stays signed in there" in form_page.text
+            # Nothing but this server may be the form's target, and its answer does not leave it.
+            assert "form-action 'self';" in form_page.headers["content-security-policy"]
+            token = re.search(r'name="token" value="([^"]+)"', form_page.text)
+            assert token is not None
+            signed_out = await http.post(
+                "/connect/signout", headers={"Origin": app.base_url}, data={"token": token.group(1)}
+            )
+    _assert_page(signed_out, 200)
+    assert "location" not in signed_out.headers
+    assert f"You are signed out of Coatcheck; your account at {idp.issuer} may still be signed in." in signed_out.text
+    cleared = signed_out.headers.get_list("set-cookie")
+    assert any(c.startswith(f"{cookie.key}=") and "Max-Age=0" in c for c in cleared), cleared

@@ -1,4 +1,5 @@
-"""Signing out of /connect in headless Chromium: the button ends the session; forged requests change nothing."""
+"""Signing out of /connect in headless Chromium: the button ends the session at Coatcheck and at the dev IdP
+(RP-initiated logout, confirmed on the IdP's page like a person would); forged requests change nothing."""
 
 import uuid
 
@@ -7,6 +8,7 @@ from mcp.client import ClientRequestContext
 from mcp.types import ElicitRequest, ElicitRequestParams, ElicitRequestURLParams, ElicitResult, InputRequiredResult
 
 from tests.support.browser import BrowserUser, BrowserUserFactory
+from tests.support.devidp import LOGIN_CLIENT_ID, DevIdP
 from tests.support.mcp_client import McpClientFactory
 from tests.support.server import RunningServer
 
@@ -15,6 +17,11 @@ SESSION_COOKIE = "coatcheck-session"  # http PUBLIC_URL: no __Host- prefix
 
 async def _session_cookie(person: BrowserUser) -> str | None:
     return next((c["value"] for c in await person.context.cookies() if c["name"] == SESSION_COOKIE), None)
+
+
+async def _idp_session_cookie(person: BrowserUser, issuer: str) -> str | None:
+    cookies = await person.context.cookies(issuer)
+    return next((c["value"] for c in cookies if c["name"] == "_session"), None)
 
 
 async def _no_elicitation(_context: ClientRequestContext, params: ElicitRequestParams) -> ElicitResult:
@@ -34,8 +41,8 @@ async def _connect_link(wire_mcp_client: McpClientFactory, username: str) -> str
     return request.params.url
 
 
-async def test_the_sign_out_button_ends_the_connect_session_and_forged_sign_outs_are_refused(
-    wire_mcp_client: McpClientFactory, browser_user: BrowserUserFactory, server: RunningServer
+async def test_the_sign_out_button_ends_the_session_at_coatcheck_and_at_the_idp_and_forged_sign_outs_are_refused(
+    wire_mcp_client: McpClientFactory, browser_user: BrowserUserFactory, server: RunningServer, devidp: DevIdP
 ) -> None:
     username = f"leaver-{uuid.uuid4().hex[:8]}"
     person = await browser_user(username)
@@ -48,7 +55,9 @@ async def test_the_sign_out_button_ends_the_connect_session_and_forged_sign_outs
     form_page = await person.open(signout_url)
     assert form_page.status == 200
     assert f"signed in to Coatcheck as {username}" in form_page.text
-    assert "form-action 'self'" in form_page.headers["content-security-policy"]
+    # The form's answer redirects to the IdP's end-session endpoint, which form-action must allow.
+    assert f"form-action 'self' {devidp.issuer};" in form_page.headers["content-security-policy"]
+    assert f"then takes you to {devidp.issuer} to sign out there as well" in form_page.text
 
     # Another site's page posting to the sign-out URL: the browser sends a foreign Origin (and, SameSite=Lax,
     # no cookie). Refused, the session stays.
@@ -85,17 +94,30 @@ async def test_the_sign_out_button_ends_the_connect_session_and_forged_sign_outs
     still_in = await person.open(signout_url)
     assert f"signed in to Coatcheck as {username}" in still_in.text
 
-    # The real button.
+    # The real button: Coatcheck's cookie goes, then the IdP asks to confirm its own sign-out.
+    assert await _idp_session_cookie(person, devidp.issuer) is not None
+    signed_in_before = person.sign_ins
     async with still_in.page.expect_navigation() as navigation:
         await still_in.page.click("button[type=submit]")
+    at_idp = await navigation.value
+    assert at_idp is not None
+    assert at_idp.status == 200
+    assert still_in.page.url.startswith(f"{devidp.issuer}/session/end?")
+    logout_request = httpx2.URL(still_in.page.url).params
+    assert dict(logout_request) == {"client_id": LOGIN_CLIENT_ID, "post_logout_redirect_uri": signout_url}
+    assert await _session_cookie(person) is None
+    async with still_in.page.expect_navigation() as navigation:
+        await still_in.page.click("button[name=logout][value=yes]")
     done = await navigation.value
     assert done is not None
     assert done.status == 200
-    assert "Signed out" in await still_in.page.inner_text("body")
+    assert still_in.page.url == signout_url
+    assert "no longer signed in" in await still_in.page.inner_text("body")
     assert await _session_cookie(person) is None
-    after = await person.open(signout_url)
-    assert "no longer signed in" in after.text
-    # The next connect link starts with a sign-in at the identity provider again.
+    assert await _idp_session_cookie(person, devidp.issuer) is None
+    # The next connect link starts with a sign-in at the identity provider again, with its login form: the
+    # next person at this browser cannot carry on as the previous one.
     again = await person.open(await _connect_link(wire_mcp_client, username))
-    assert again.status == 200
+    assert again.status == 200, again.text
     assert again.visited_path("/oauth/login/callback")
+    assert person.sign_ins == signed_in_before + 1

@@ -197,6 +197,7 @@ def devidp_clients(public_url: str, client_secrets: dict[str, str]) -> list[dict
             "client_secret": client_secrets[LOGIN_CLIENT_ID],
             "client_name": "Coatcheck sign-in",
             "redirect_uris": [f"{public_url}/oauth/login/callback"],
+            "post_logout_redirect_uris": [f"{public_url}/connect/signout"],
             "grant_types": ["authorization_code"],
             "scope": "openid",
         },

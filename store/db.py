@@ -19,7 +19,7 @@ Three rules keep the pool whole under load:
 """
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -110,7 +110,15 @@ class SessionSettings:
 
 
 class Database:
-    """Owns an :class:`AsyncEngine` and hands out units of work."""
+    """Owns an :class:`AsyncEngine` and hands out units of work.
+
+    The engine's connections are in autocommit (``isolation_level="AUTOCOMMIT"``, set once per physical
+    connection), because the hot path of every tool call is a lone statement: SQLAlchemy then neither sends
+    ``BEGIN``/``COMMIT`` around it nor switches the isolation level at checkout and back at return. The rarer
+    transactions pay that switch instead (:meth:`transaction`). So ``engine.connect()`` + ``conn.begin()``
+    opens no transaction on the server: work that commits batch by batch on one connection uses
+    :meth:`transactional_connection`. Event listeners belong on :attr:`engine`, which sees every connection.
+    """
 
     def __init__(
         self,
@@ -119,10 +127,9 @@ class Database:
         pooler_mode: PoolerMode = "none",
         session: SessionSettings | None = None,
     ) -> None:
+        """Wrap ``engine``, which must have been created with ``isolation_level="AUTOCOMMIT"`` (see :meth:`connect`)."""
         self.engine = engine
         self.pooler_mode: PoolerMode = pooler_mode
-        # Shares the pool; asyncpg then sends no BEGIN/COMMIT around a lone statement.
-        self._autocommit = engine.execution_options(isolation_level="AUTOCOMMIT")
         self._begin_sql = "BEGIN; " + (session or SessionSettings()).set_sql(local=True)
 
     @classmethod
@@ -155,6 +162,8 @@ class Database:
             pool_size=pool_size,
             max_overflow=max_overflow,
             pool_timeout=pool_timeout,
+            # Set once per physical connection; see the class docstring.
+            isolation_level="AUTOCOMMIT",
             # Bound values (subjects, idempotency keys, checkout nonces) never ride along in an error's text
             # into a log line: only the SQL with its placeholders does.
             hide_parameters=True,
@@ -182,7 +191,9 @@ class Database:
         Raises:
             Unavailable: no pooled connection freed up in time, or a statement hit a timeout.
         """
-        async with self._unit_of_work(self.engine.begin) as conn:
+        # Behind a transaction pooler every unit of work is an explicit transaction (see PoolerMode).
+        opened = self._explicit_transaction() if self.pooler_mode == "transaction" else self._begin_direct()
+        async with self._unit_of_work(opened) as conn:
             yield conn
 
     @asynccontextmanager
@@ -206,26 +217,44 @@ class Database:
         when what it read has moved on), so no lock or transaction has to span two statements.
         Shielded from cancellation like :meth:`transaction`.
         """
-        async with self._unit_of_work(self._autocommit.connect) as conn:
+        opened = self._explicit_transaction() if self.pooler_mode == "transaction" else self.engine.connect()
+        async with self._unit_of_work(opened) as conn:
             yield conn
 
     @asynccontextmanager
     async def _unit_of_work(
-        self, open_direct: Callable[[], AbstractAsyncContextManager[AsyncConnection]]
+        self, opened: AbstractAsyncContextManager[AsyncConnection]
     ) -> AsyncIterator[AsyncConnection]:
-        # Shielded and translated alike; behind a transaction pooler every unit is an explicit transaction,
-        # otherwise ``open_direct`` decides (engine.begin for a transaction, the autocommit view for none).
+        # Every unit of work alike: shielded from cancellation, its errors translated.
         with anyio.CancelScope(shield=True):
-            async with self._translated():
-                opened = self._explicit_transaction() if self.pooler_mode == "transaction" else open_direct()
-                async with opened as conn:
-                    yield conn
+            async with self._translated(), opened as conn:
+                yield conn
+
+    @asynccontextmanager
+    async def transactional_connection(self) -> AsyncIterator[AsyncConnection]:
+        """A pooled connection outside any transaction, on which SQLAlchemy's ``begin()`` and autobegin work.
+
+        For operator commands that commit batch by batch on one connection (``coatcheck keys rotate``).
+        Not shielded from cancellation and without error translation: tool calls use the units of work above.
+        """
+        async with self.engine.connect() as conn:
+            # The server's default level, as SQLAlchemy read it from the first connection (PostgreSQL's
+            # READ COMMITTED unless configured otherwise): what a connection opened without AUTOCOMMIT runs.
+            await conn.execution_options(isolation_level=self.engine.dialect.default_isolation_level)
+            yield conn
+
+    @asynccontextmanager
+    async def _begin_direct(self) -> AsyncIterator[AsyncConnection]:
+        # SQLAlchemy's own transaction (BEGIN with the first statement, COMMIT or ROLLBACK at the end), so a
+        # failure anywhere is a DBAPIError and a connection the server dropped is invalidated, as for a statement.
+        async with self.transactional_connection() as conn, conn.begin():
+            yield conn
 
     @asynccontextmanager
     async def _explicit_transaction(self) -> AsyncIterator[AsyncConnection]:
         # BEGIN and the SET LOCALs travel in one simple-protocol message: the settings cost no round trip
         # and hold for exactly this transaction, on whichever server connection the pooler picked.
-        async with self._autocommit.connect() as conn:
+        async with self.engine.connect() as conn:
             driver = (await conn.get_raw_connection()).driver_connection
             assert driver is not None  # a checked-out connection always has one  # noqa: S101
             await driver.execute(self._begin_sql)

@@ -82,6 +82,25 @@ def _discard_closed_connections(dbapi_connection: Any, _record: object, _proxy: 
         raise DisconnectionError("pooled connection was closed by the server")
 
 
+def _unavailable(exc: PoolTimeoutError | DBAPIError) -> Unavailable | None:
+    """The retryable error ``exc`` stands for (nothing was changed), or ``None`` if it is not one."""
+    if isinstance(exc, PoolTimeoutError):
+        return Unavailable(
+            "the server is busy: every database connection is in use; nothing was changed, retry in a moment"
+        )
+    sqlstate = getattr(exc.orig, "sqlstate", None) or ""
+    if sqlstate in _TIMED_OUT:
+        return Unavailable(
+            f"the database did not answer in time ({_TIMED_OUT[sqlstate]}); nothing was changed, retry in a moment"
+        )
+    if sqlstate in _REFUSED:
+        # Only a new connection can be refused; with a fixed pool that is warm-up or a restart.
+        return Unavailable(
+            f"the database refused a connection ({_REFUSED[sqlstate]}); nothing was changed, retry in a moment"
+        )
+    return None
+
+
 @dataclass(frozen=True, slots=True)
 class SessionSettings:
     """The server settings every application session runs with."""
@@ -181,8 +200,7 @@ class Database:
             event.listen(engine.sync_engine, "connect", apply_session_settings)
         return cls(engine, pooler_mode=pooler_mode, session=session)
 
-    @asynccontextmanager
-    async def transaction(self) -> AsyncIterator[AsyncConnection]:
+    def transaction(self) -> AbstractAsyncContextManager[AsyncConnection]:
         """Run a block in one transaction: commit on success, roll back on any exception.
 
         The block must be database work only: it is shielded from cancellation, so it must never
@@ -193,11 +211,9 @@ class Database:
         """
         # Behind a transaction pooler every unit of work is an explicit transaction (see PoolerMode).
         opened = self._explicit_transaction() if self.pooler_mode == "transaction" else self._begin_direct()
-        async with self._unit_of_work(opened) as conn:
-            yield conn
+        return self._unit_of_work(opened)
 
-    @asynccontextmanager
-    async def one_statement(self) -> AsyncIterator[AsyncConnection]:
+    def one_statement(self) -> AbstractAsyncContextManager[AsyncConnection]:
         """Run a block that issues exactly one statement, as its own transaction (autocommit).
 
         A lone statement is atomic anyway; this saves the BEGIN and COMMIT round trips
@@ -206,11 +222,9 @@ class Database:
         A block that issues more than one statement must use :meth:`transaction` instead, unless
         each statement is written to be correct on its own (see :meth:`autocommit`).
         """
-        async with self.autocommit() as conn:
-            yield conn
+        return self.autocommit()
 
-    @asynccontextmanager
-    async def autocommit(self) -> AsyncIterator[AsyncConnection]:
+    def autocommit(self) -> AbstractAsyncContextManager[AsyncConnection]:
         """Run a block whose statements each commit on their own.
 
         For blocks whose every statement is self-validating (a compare-and-swap that writes nothing
@@ -218,17 +232,23 @@ class Database:
         Shielded from cancellation like :meth:`transaction`.
         """
         opened = self._explicit_transaction() if self.pooler_mode == "transaction" else self.engine.connect()
-        async with self._unit_of_work(opened) as conn:
-            yield conn
+        return self._unit_of_work(opened)
 
     @asynccontextmanager
     async def _unit_of_work(
         self, opened: AbstractAsyncContextManager[AsyncConnection]
     ) -> AsyncIterator[AsyncConnection]:
-        # Every unit of work alike: shielded from cancellation, its errors translated.
+        # Every unit of work alike: shielded from cancellation, its errors translated. One generator for
+        # all three (these methods return it rather than wrap it): each layer costs every tool call.
         with anyio.CancelScope(shield=True):
-            async with self._translated(), opened as conn:
-                yield conn
+            try:
+                async with opened as conn:
+                    yield conn
+            except (PoolTimeoutError, DBAPIError) as exc:
+                unavailable = _unavailable(exc)
+                if unavailable is None:
+                    raise
+                raise unavailable from None
 
     @asynccontextmanager
     async def transactional_connection(self) -> AsyncIterator[AsyncConnection]:
@@ -272,28 +292,6 @@ class Database:
         except BaseException:
             # A connection whose transaction state is unknown must not go back to the pool.
             await conn.invalidate()
-            raise
-
-    @asynccontextmanager
-    async def _translated(self) -> AsyncIterator[None]:
-        try:
-            yield
-        except PoolTimeoutError:
-            raise Unavailable(
-                "the server is busy: every database connection is in use; nothing was changed, retry in a moment"
-            ) from None
-        except DBAPIError as exc:
-            sqlstate = getattr(exc.orig, "sqlstate", None) or ""
-            if sqlstate in _TIMED_OUT:
-                raise Unavailable(
-                    f"the database did not answer in time ({_TIMED_OUT[sqlstate]}); nothing was changed, "
-                    "retry in a moment"
-                ) from None
-            if sqlstate in _REFUSED:
-                # Only a new connection can be refused; with a fixed pool that is warm-up or a restart.
-                raise Unavailable(
-                    f"the database refused a connection ({_REFUSED[sqlstate]}); nothing was changed, retry in a moment"
-                ) from None
             raise
 
     async def ping(self, within: float) -> bool:

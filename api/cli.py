@@ -148,7 +148,7 @@ def _keys_rotate(_: argparse.Namespace) -> None:
 
     async def rotate(database: Database) -> tuple[int, int]:
         # A connection outside a transaction: each batch commits on its own, so row locks stay short.
-        async with database.engine.connect() as conn:
+        async with database.transactional_connection() as conn:
             done = await reencrypt_all(conn, cipher)
             stale = await count_stale(conn, cipher)
             await conn.rollback()

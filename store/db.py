@@ -19,7 +19,7 @@ Three rules keep the pool whole under load:
 """
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -82,6 +82,25 @@ def _discard_closed_connections(dbapi_connection: Any, _record: object, _proxy: 
         raise DisconnectionError("pooled connection was closed by the server")
 
 
+def _unavailable(exc: PoolTimeoutError | DBAPIError) -> Unavailable | None:
+    """The retryable error ``exc`` stands for (nothing was changed), or ``None`` if it is not one."""
+    if isinstance(exc, PoolTimeoutError):
+        return Unavailable(
+            "the server is busy: every database connection is in use; nothing was changed, retry in a moment"
+        )
+    sqlstate = getattr(exc.orig, "sqlstate", None) or ""
+    if sqlstate in _TIMED_OUT:
+        return Unavailable(
+            f"the database did not answer in time ({_TIMED_OUT[sqlstate]}); nothing was changed, retry in a moment"
+        )
+    if sqlstate in _REFUSED:
+        # Only a new connection can be refused; with a fixed pool that is warm-up or a restart.
+        return Unavailable(
+            f"the database refused a connection ({_REFUSED[sqlstate]}); nothing was changed, retry in a moment"
+        )
+    return None
+
+
 @dataclass(frozen=True, slots=True)
 class SessionSettings:
     """The server settings every application session runs with."""
@@ -110,7 +129,15 @@ class SessionSettings:
 
 
 class Database:
-    """Owns an :class:`AsyncEngine` and hands out units of work."""
+    """Owns an :class:`AsyncEngine` and hands out units of work.
+
+    The engine's connections are in autocommit (``isolation_level="AUTOCOMMIT"``, set once per physical
+    connection), because the hot path of every tool call is a lone statement: SQLAlchemy then neither sends
+    ``BEGIN``/``COMMIT`` around it nor switches the isolation level at checkout and back at return. The rarer
+    transactions pay that switch instead (:meth:`transaction`). So ``engine.connect()`` + ``conn.begin()``
+    opens no transaction on the server: work that commits batch by batch on one connection uses
+    :meth:`transactional_connection`. Event listeners belong on :attr:`engine`, which sees every connection.
+    """
 
     def __init__(
         self,
@@ -119,10 +146,9 @@ class Database:
         pooler_mode: PoolerMode = "none",
         session: SessionSettings | None = None,
     ) -> None:
+        """Wrap ``engine``, which must have been created with ``isolation_level="AUTOCOMMIT"`` (see :meth:`connect`)."""
         self.engine = engine
         self.pooler_mode: PoolerMode = pooler_mode
-        # Shares the pool; asyncpg then sends no BEGIN/COMMIT around a lone statement.
-        self._autocommit = engine.execution_options(isolation_level="AUTOCOMMIT")
         self._begin_sql = "BEGIN; " + (session or SessionSettings()).set_sql(local=True)
 
     @classmethod
@@ -155,6 +181,8 @@ class Database:
             pool_size=pool_size,
             max_overflow=max_overflow,
             pool_timeout=pool_timeout,
+            # Set once per physical connection; see the class docstring.
+            isolation_level="AUTOCOMMIT",
             # Bound values (subjects, idempotency keys, checkout nonces) never ride along in an error's text
             # into a log line: only the SQL with its placeholders does.
             hide_parameters=True,
@@ -172,8 +200,7 @@ class Database:
             event.listen(engine.sync_engine, "connect", apply_session_settings)
         return cls(engine, pooler_mode=pooler_mode, session=session)
 
-    @asynccontextmanager
-    async def transaction(self) -> AsyncIterator[AsyncConnection]:
+    def transaction(self) -> AbstractAsyncContextManager[AsyncConnection]:
         """Run a block in one transaction: commit on success, roll back on any exception.
 
         The block must be database work only: it is shielded from cancellation, so it must never
@@ -182,11 +209,11 @@ class Database:
         Raises:
             Unavailable: no pooled connection freed up in time, or a statement hit a timeout.
         """
-        async with self._unit_of_work(self.engine.begin) as conn:
-            yield conn
+        # Behind a transaction pooler every unit of work is an explicit transaction (see PoolerMode).
+        opened = self._explicit_transaction() if self.pooler_mode == "transaction" else self._begin_direct()
+        return self._unit_of_work(opened)
 
-    @asynccontextmanager
-    async def one_statement(self) -> AsyncIterator[AsyncConnection]:
+    def one_statement(self) -> AbstractAsyncContextManager[AsyncConnection]:
         """Run a block that issues exactly one statement, as its own transaction (autocommit).
 
         A lone statement is atomic anyway; this saves the BEGIN and COMMIT round trips
@@ -195,37 +222,59 @@ class Database:
         A block that issues more than one statement must use :meth:`transaction` instead, unless
         each statement is written to be correct on its own (see :meth:`autocommit`).
         """
-        async with self.autocommit() as conn:
-            yield conn
+        return self.autocommit()
 
-    @asynccontextmanager
-    async def autocommit(self) -> AsyncIterator[AsyncConnection]:
+    def autocommit(self) -> AbstractAsyncContextManager[AsyncConnection]:
         """Run a block whose statements each commit on their own.
 
         For blocks whose every statement is self-validating (a compare-and-swap that writes nothing
         when what it read has moved on), so no lock or transaction has to span two statements.
         Shielded from cancellation like :meth:`transaction`.
         """
-        async with self._unit_of_work(self._autocommit.connect) as conn:
-            yield conn
+        opened = self._explicit_transaction() if self.pooler_mode == "transaction" else self.engine.connect()
+        return self._unit_of_work(opened)
 
     @asynccontextmanager
     async def _unit_of_work(
-        self, open_direct: Callable[[], AbstractAsyncContextManager[AsyncConnection]]
+        self, opened: AbstractAsyncContextManager[AsyncConnection]
     ) -> AsyncIterator[AsyncConnection]:
-        # Shielded and translated alike; behind a transaction pooler every unit is an explicit transaction,
-        # otherwise ``open_direct`` decides (engine.begin for a transaction, the autocommit view for none).
+        # Every unit of work alike: shielded from cancellation, its errors translated. One generator for
+        # all three (these methods return it rather than wrap it): each layer costs every tool call.
         with anyio.CancelScope(shield=True):
-            async with self._translated():
-                opened = self._explicit_transaction() if self.pooler_mode == "transaction" else open_direct()
+            try:
                 async with opened as conn:
                     yield conn
+            except (PoolTimeoutError, DBAPIError) as exc:
+                unavailable = _unavailable(exc)
+                if unavailable is None:
+                    raise
+                raise unavailable from None
+
+    @asynccontextmanager
+    async def transactional_connection(self) -> AsyncIterator[AsyncConnection]:
+        """A pooled connection outside any transaction, on which SQLAlchemy's ``begin()`` and autobegin work.
+
+        For operator commands that commit batch by batch on one connection (``coatcheck keys rotate``).
+        Not shielded from cancellation and without error translation: tool calls use the units of work above.
+        """
+        async with self.engine.connect() as conn:
+            # The server's default level, as SQLAlchemy read it from the first connection (PostgreSQL's
+            # READ COMMITTED unless configured otherwise): what a connection opened without AUTOCOMMIT runs.
+            await conn.execution_options(isolation_level=self.engine.dialect.default_isolation_level)
+            yield conn
+
+    @asynccontextmanager
+    async def _begin_direct(self) -> AsyncIterator[AsyncConnection]:
+        # SQLAlchemy's own transaction (BEGIN with the first statement, COMMIT or ROLLBACK at the end), so a
+        # failure anywhere is a DBAPIError and a connection the server dropped is invalidated, as for a statement.
+        async with self.transactional_connection() as conn, conn.begin():
+            yield conn
 
     @asynccontextmanager
     async def _explicit_transaction(self) -> AsyncIterator[AsyncConnection]:
         # BEGIN and the SET LOCALs travel in one simple-protocol message: the settings cost no round trip
         # and hold for exactly this transaction, on whichever server connection the pooler picked.
-        async with self._autocommit.connect() as conn:
+        async with self.engine.connect() as conn:
             driver = (await conn.get_raw_connection()).driver_connection
             assert driver is not None  # a checked-out connection always has one  # noqa: S101
             await driver.execute(self._begin_sql)
@@ -243,28 +292,6 @@ class Database:
         except BaseException:
             # A connection whose transaction state is unknown must not go back to the pool.
             await conn.invalidate()
-            raise
-
-    @asynccontextmanager
-    async def _translated(self) -> AsyncIterator[None]:
-        try:
-            yield
-        except PoolTimeoutError:
-            raise Unavailable(
-                "the server is busy: every database connection is in use; nothing was changed, retry in a moment"
-            ) from None
-        except DBAPIError as exc:
-            sqlstate = getattr(exc.orig, "sqlstate", None) or ""
-            if sqlstate in _TIMED_OUT:
-                raise Unavailable(
-                    f"the database did not answer in time ({_TIMED_OUT[sqlstate]}); nothing was changed, "
-                    "retry in a moment"
-                ) from None
-            if sqlstate in _REFUSED:
-                # Only a new connection can be refused; with a fixed pool that is warm-up or a restart.
-                raise Unavailable(
-                    f"the database refused a connection ({_REFUSED[sqlstate]}); nothing was changed, retry in a moment"
-                ) from None
             raise
 
     async def ping(self, within: float) -> bool:

@@ -151,7 +151,7 @@ async def test_a_batch_skips_rows_another_transaction_holds_instead_of_waiting_f
             await AuditRepository(conn).record(ALICE, "connect", provider="demo", outcome="requested", detail=f"e{n}")
     async with scratch.one_statement() as conn:
         await conn.execute(update(_audit).values(created_at=func.now() - timedelta(days=100)))
-    async with scratch.engine.connect() as holder:
+    async with scratch.transactional_connection() as holder:
         await holder.begin()
         held, _ = await purge_batch(holder, "audit_event", older_than=timedelta(days=90), limit=10)
         async with asyncio.timeout(5):  # would block until the holder commits without SKIP LOCKED

@@ -5,8 +5,6 @@ than half the bytes of a large ``cart_list``. Clients that read ``structuredCont
 clients that only read text still get all of it, without the whitespace.
 """
 
-import json
-
 from mcp.types import CallToolResult, TextContent
 from pydantic import BaseModel
 
@@ -14,5 +12,7 @@ from pydantic import BaseModel
 def compact(model: BaseModel) -> CallToolResult:
     """``model`` as a successful tool result: structured content and one compact-JSON text block."""
     data = model.model_dump(mode="json")
-    text = json.dumps(data, separators=(",", ":"), ensure_ascii=False)
+    # pydantic's own JSON of the same values: compact, UTF-8 unescaped, the key order of ``data``, and about a
+    # third of the CPU of json.dumps(data) (every tool result goes through here).
+    text = model.model_dump_json()
     return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=data)

@@ -9,6 +9,7 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from store.db import Database
 from store.errors import Unavailable
@@ -104,6 +105,55 @@ async def test_every_pooled_session_runs_with_the_configured_timeouts_and_withou
                     )
                 ).one()
             assert tuple(row) == ("7s", "3s", "off")
+    finally:
+        await database.dispose()
+
+
+async def test_a_transaction_spans_its_statements_while_autocommit_units_commit_each_statement(
+    database_url: str,
+) -> None:
+    """The engine's connections are in autocommit; transaction() and transactional_connection() still open one."""
+    database = Database.connect(database_url, pool_size=1)
+    xid = text("SELECT pg_current_xact_id()::text")  # assigns a transaction id: same one within a transaction
+    try:
+
+        async def two_ids(conn: AsyncConnection) -> tuple[str, str]:
+            return (await conn.execute(xid)).scalar_one(), (await conn.execute(xid)).scalar_one()
+
+        async with database.autocommit() as conn:
+            first, second = await two_ids(conn)
+        assert first != second
+        async with database.transaction() as conn:
+            first, second = await two_ids(conn)
+        assert first == second
+        async with database.transactional_connection() as conn:
+            async with conn.begin():
+                first, second = await two_ids(conn)
+            assert first == second
+            async with conn.begin():
+                assert (await conn.execute(xid)).scalar_one() != first  # the first one committed
+        async with database.one_statement() as conn:  # the pooled connection is back in autocommit
+            first, second = await two_ids(conn)
+        assert first != second
+    finally:
+        await database.dispose()
+
+
+async def test_a_failed_transaction_leaves_nothing_written(database_url: str) -> None:
+    database = Database.connect(database_url, pool_size=1)
+    try:
+        async with database.one_statement() as conn:
+            await conn.execute(text("CREATE TABLE scratch_rollback (n int)"))
+
+        async def insert_then_fail() -> None:
+            async with database.transaction() as conn:
+                await conn.execute(text("INSERT INTO scratch_rollback VALUES (1)"))
+                raise RuntimeError("half-way")
+
+        with pytest.raises(RuntimeError, match="half-way"):
+            await insert_then_fail()
+        async with database.one_statement() as conn:
+            assert (await conn.execute(text("SELECT count(*) FROM scratch_rollback"))).scalar_one() == 0
     finally:
         await database.dispose()
 

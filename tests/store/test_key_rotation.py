@@ -36,7 +36,7 @@ def test_key_rotation_moves_every_row_to_the_newest_key(admin_database_url: str)
                 tokens = await stored_tokens(database, ring, owner)
                 assert tokens is not None
                 assert tokens.access_token == f"at-r{n}-SECRET"
-            async with database.engine.connect() as conn:
+            async with database.transactional_connection() as conn:
                 assert await count_stale(conn, ring) == len(owners) + 1
                 await conn.commit()  # outside a transaction, reencrypt_all commits batch by batch
                 assert await reencrypt_all(conn, ring, batch_size=3) == len(owners)

@@ -66,7 +66,9 @@ def ensure_installed(directory: Path, *markers: Path) -> None:
         if all(marker.exists() for marker in markers):
             return
         result = subprocess.run(
-            [npm, "install", "--no-audit", "--no-fund"],
+            # --prefer-offline: the versions are exact pins, so npm's cached metadata is as good as the
+            # registry's (it still fetches what the cache lacks); saves ~5 s per package on a clean clone.
+            [npm, "install", "--no-audit", "--no-fund", "--prefer-offline"],
             cwd=directory,
             capture_output=True,
             text=True,

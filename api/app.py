@@ -22,6 +22,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 
 from api.auth import JwtVerifier
 from api.commands.purge import RetentionPolicy, purge_periodically
+from api.database import database_from
 from api.draining import Drain
 from api.jose import IssuerMetadata, JwksCache
 from api.logs import install_access_log_redaction, principal_digest_key
@@ -32,9 +33,8 @@ from api.metrics import Metrics
 from api.oauth.setup import build_browser_routes, build_connections
 from api.request_id import request_id_middleware
 from api.search_health import SearchHealth
-from api.settings import DatabaseSettings, Settings
+from api.settings import Settings
 from api.tracing import trace_statements
-from store.db import Database
 
 logger = logging.getLogger(__name__)
 
@@ -58,19 +58,6 @@ def protected_resource_metadata(settings: Settings) -> dict[str, object]:
         "scopes_supported": ["openid"],
         "resource_name": "Coatcheck",
     }
-
-
-def database_from(settings: DatabaseSettings) -> Database:
-    """The database handle the server uses: pool, timeouts and pooler mode from ``settings``."""
-    return Database.connect(
-        settings.database_url,
-        pool_size=settings.db_pool_size,
-        max_overflow=settings.db_max_overflow,
-        pool_timeout=settings.db_pool_timeout_seconds,
-        statement_timeout_ms=settings.db_statement_timeout_ms,
-        lock_timeout_ms=settings.db_lock_timeout_ms,
-        pooler_mode=settings.db_pooler_mode,
-    )
 
 
 def create_app(

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import textwrap
 import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -32,9 +33,15 @@ PREVIOUS_REVISION = "a1b2c3d40002"
 
 
 def coatcheck(*argv: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return coatcheck_python(None, *argv, env=env)
+
+
+def coatcheck_python(code: str | None, *argv: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """``coatcheck argv…`` (or ``code``, a script importing it) in a process that sees only ``env``'s settings."""
     base = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "TOKEN_ENCRYPTION_KEYS"}}
+    command = ["-m", "api.cli", *argv] if code is None else ["-c", code]
     return subprocess.run(
-        [sys.executable, "-m", "api.cli", *argv],
+        [sys.executable, *command],
         env={**base, **env},
         cwd=tempfile.gettempdir(),  # no .env file there: only the variables given here count
         capture_output=True,
@@ -42,6 +49,29 @@ def coatcheck(*argv: str, env: dict[str, str]) -> subprocess.CompletedProcess[st
         timeout=90,
         check=False,
     )
+
+
+# --- start-up -----------------------------------------------------------------------------------------------
+
+
+def test_an_operator_command_loads_no_server_code() -> None:
+    # Operator commands (migrate --check as a deploy gate, purge from cron) should not pay for the MCP SDK,
+    # Litestar or the app: well over a second of imports per run on these machines.
+    probe = textwrap.dedent(
+        """
+        import sys
+        from api.cli import main
+        try:
+            main(["migrate", "--check"])
+        except SystemExit:
+            pass
+        print(sorted(name for name in ("api.app", "mcp", "litestar", "uvicorn") if name in sys.modules))
+        """
+    )
+    unreachable = f"postgresql://operator@127.0.0.1:{free_port()}/nowhere"
+    done = coatcheck_python(probe, env={"DATABASE_URL": unreachable})
+    assert "cannot read the schema revision" in done.stderr  # the command ran to its end
+    assert done.stdout.strip() == "[]"
 
 
 # --- migrate --check ------------------------------------------------------------------------------------------

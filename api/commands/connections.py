@@ -10,9 +10,8 @@ import sys
 
 import httpx2
 
-from api.app import database_from
 from api.commands.runner import run_with_database
-from api.oauth.setup import build_connections
+from api.database import database_from
 from api.settings import Settings
 from store.db import Database
 from store.errors import DecryptError
@@ -36,6 +35,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 async def _revoke(settings: Settings, database: Database, principal: Principal, only: str | None) -> int:
+    # Imported here: the connection service brings authlib and Litestar, which `coatcheck --help` and the
+    # other commands (this module registers its arguments for all of them) should not pay for.
+    from api.oauth.setup import build_connections
+
     http = httpx2.AsyncClient(timeout=httpx2.Timeout(10.0), follow_redirects=False)
     try:
         connections = build_connections(settings, database, http)

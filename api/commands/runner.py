@@ -10,10 +10,11 @@ import sys
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
+from api.database import operator_database
 from api.settings import DatabaseSettings, SettingsError
 from store.db import Database
 
-__all__ = ["load_settings", "operator_database", "run_with_database"]
+__all__ = ["load_settings", "run_with_database"]
 
 SettingsT = TypeVar("SettingsT", bound=DatabaseSettings)
 ResultT = TypeVar("ResultT")
@@ -32,11 +33,6 @@ def load_settings(kind: type[SettingsT]) -> SettingsT:
         raise SystemExit(2) from None
 
 
-def operator_database(settings: DatabaseSettings) -> Database:
-    """One connection, through ``DB_POOLER_MODE`` like the servers: an operator command works serially."""
-    return Database.connect(settings.database_url, pool_size=1, max_overflow=0, pooler_mode=settings.db_pooler_mode)
-
-
 def run_with_database(
     settings: SettingsT,
     work: Callable[[Database], Awaitable[ResultT]],
@@ -45,7 +41,7 @@ def run_with_database(
 ) -> ResultT:
     """Run ``work`` on a database opened from ``settings`` in a fresh event loop; dispose of it afterwards.
 
-    ``open_database`` chooses the pool (default :func:`operator_database`; ``api.app.database_from``
+    ``open_database`` chooses the pool (default :func:`operator_database`; ``api.database.database_from``
     for a command that runs the server's own code paths with the server's pool).
     """
 

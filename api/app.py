@@ -75,9 +75,9 @@ def create_app(
     """
     db = database_from(settings)
     # Observability: a registry of this app's own (none at import time); spans only when tracing is on.
-    metrics = Metrics(db.engine) if settings.metrics_enabled else None
+    metrics = Metrics(db.sync_engine) if settings.metrics_enabled else None
     if tracer_provider is not None:
-        trace_statements(db.engine, tracer_provider)
+        trace_statements(db.sync_engine, tracer_provider)
     http = httpx2.AsyncClient(timeout=httpx2.Timeout(10.0), follow_redirects=False)
     issuer = IssuerMetadata(settings.oidc_issuer, http, internal_url=settings.oidc_issuer_internal_url)
     jwks = JwksCache(issuer, http, ttl=settings.jwks_cache_seconds)

@@ -13,7 +13,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.engine import Engine
 from sqlalchemy.pool import Pool, QueuePool
 
 #: Tool latency buckets (seconds): a cached read takes about a millisecond, a slow provider several seconds.
@@ -37,11 +37,11 @@ def _pool_waiting(pool: Pool) -> int:
 class _PoolCollector(Collector):
     """Reads the engine's pool at scrape time (nothing is counted per checkout)."""
 
-    def __init__(self, engine: AsyncEngine) -> None:
+    def __init__(self, engine: Engine) -> None:
         self._engine = engine
 
     def collect(self) -> Iterator[Metric]:
-        pool = self._engine.sync_engine.pool
+        pool = self._engine.pool
         in_use = GaugeMetricFamily("coatcheck_db_pool_in_use", "Database connections checked out of the pool.")
         idle = GaugeMetricFamily("coatcheck_db_pool_idle", "Database connections idle in the pool.")
         waiting = GaugeMetricFamily(
@@ -59,7 +59,7 @@ class _PoolCollector(Collector):
 class Metrics:
     """Every Coatcheck metric, registered in :attr:`registry` (one per app, none at import time)."""
 
-    def __init__(self, engine: AsyncEngine | None = None) -> None:
+    def __init__(self, engine: Engine | None = None) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         registry = self.registry
         self._tool_children: dict[tuple[str, str], tuple[Any, Any, Any]] = {}

@@ -23,7 +23,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 from sqlalchemy import event
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.engine import Engine
 
 if TYPE_CHECKING:
     from api.settings import Settings
@@ -71,10 +71,9 @@ def configure_tracing(settings: "Settings") -> TracerProvider | None:
     return provider
 
 
-def trace_statements(engine: AsyncEngine, provider: trace.TracerProvider) -> None:
-    """Open a client span around every statement ``engine`` runs, a child of the request's span."""
+def trace_statements(sync_engine: Engine, provider: trace.TracerProvider) -> None:
+    """Open a client span around every statement ``sync_engine`` runs, a child of the request's span."""
     tracer = provider.get_tracer("coatcheck.store")
-    sync_engine = engine.sync_engine
 
     def before(_conn: Any, _cursor: Any, statement: str, _params: Any, context: Any, _many: bool) -> None:
         operation = statement.lstrip().split(None, 1)[0].upper() if statement.strip() else "SQL"

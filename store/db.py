@@ -26,7 +26,7 @@ from typing import Any, Literal
 
 import anyio
 from sqlalchemy import event, text
-from sqlalchemy.engine import make_url
+from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.exc import DBAPIError, DisconnectionError, SQLAlchemyError
 from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
@@ -134,9 +134,10 @@ class Database:
     The engine's connections are in autocommit (``isolation_level="AUTOCOMMIT"``, set once per physical
     connection), because the hot path of every tool call is a lone statement: SQLAlchemy then neither sends
     ``BEGIN``/``COMMIT`` around it nor switches the isolation level at checkout and back at return. The rarer
-    transactions pay that switch instead (:meth:`transaction`). So ``engine.connect()`` + ``conn.begin()``
-    opens no transaction on the server: work that commits batch by batch on one connection uses
-    :meth:`transactional_connection`. Event listeners belong on :attr:`engine`, which sees every connection.
+    transactions pay that switch instead (:meth:`transaction`). An ``engine.connect()`` + ``conn.begin()``
+    would open no transaction on the server, so the engine is private: work goes through the units of work
+    below, and work that commits batch by batch on one connection through :meth:`transactional_connection`.
+    Instrumentation (event listeners, pool statistics) uses :attr:`sync_engine`.
     """
 
     def __init__(
@@ -147,9 +148,17 @@ class Database:
         session: SessionSettings | None = None,
     ) -> None:
         """Wrap ``engine``, which must have been created with ``isolation_level="AUTOCOMMIT"`` (see :meth:`connect`)."""
-        self.engine = engine
+        self._engine = engine
         self.pooler_mode: PoolerMode = pooler_mode
         self._begin_sql = "BEGIN; " + (session or SessionSettings()).set_sql(local=True)
+
+    @property
+    def sync_engine(self) -> Engine:
+        """The engine's synchronous core, for event listeners and pool statistics.
+
+        Not a way to run statements: opening a connection on it from async code fails (no greenlet).
+        """
+        return self._engine.sync_engine
 
     @classmethod
     def connect(
@@ -231,7 +240,7 @@ class Database:
         when what it read has moved on), so no lock or transaction has to span two statements.
         Shielded from cancellation like :meth:`transaction`.
         """
-        opened = self._explicit_transaction() if self.pooler_mode == "transaction" else self.engine.connect()
+        opened = self._explicit_transaction() if self.pooler_mode == "transaction" else self._engine.connect()
         return self._unit_of_work(opened)
 
     @asynccontextmanager
@@ -257,10 +266,10 @@ class Database:
         For operator commands that commit batch by batch on one connection (``coatcheck keys rotate``).
         Not shielded from cancellation and without error translation: tool calls use the units of work above.
         """
-        async with self.engine.connect() as conn:
+        async with self._engine.connect() as conn:
             # The server's default level, as SQLAlchemy read it from the first connection (PostgreSQL's
             # READ COMMITTED unless configured otherwise): what a connection opened without AUTOCOMMIT runs.
-            await conn.execution_options(isolation_level=self.engine.dialect.default_isolation_level)
+            await conn.execution_options(isolation_level=self._engine.dialect.default_isolation_level)
             yield conn
 
     @asynccontextmanager
@@ -274,7 +283,7 @@ class Database:
     async def _explicit_transaction(self) -> AsyncIterator[AsyncConnection]:
         # BEGIN and the SET LOCALs travel in one simple-protocol message: the settings cost no round trip
         # and hold for exactly this transaction, on whichever server connection the pooler picked.
-        async with self.engine.connect() as conn:
+        async with self._engine.connect() as conn:
             driver = (await conn.get_raw_connection()).driver_connection
             assert driver is not None  # a checked-out connection always has one  # noqa: S101
             await driver.execute(self._begin_sql)
@@ -305,4 +314,4 @@ class Database:
 
     async def dispose(self) -> None:
         """Close every pooled connection."""
-        await self.engine.dispose()
+        await self._engine.dispose()

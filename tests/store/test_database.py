@@ -70,7 +70,7 @@ async def test_when_every_pooled_connection_is_busy_a_call_waits_a_bounded_time_
                     await conn.execute(text("SELECT 1"))
         async with database.one_statement() as conn:  # the connection came back; nothing new was opened
             assert (await conn.execute(text("SELECT 1"))).scalar_one() == 1
-        assert database.engine.pool.checkedin() == 1  # type: ignore[attr-defined]
+        assert database.sync_engine.pool.checkedin() == 1  # type: ignore[attr-defined]
     finally:
         await database.dispose()
 

@@ -17,8 +17,8 @@ def recorded_statements(database: Database) -> Iterator[list[str]]:
     def record(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
         seen.append(statement)
 
-    event.listen(database.engine.sync_engine, "before_cursor_execute", record)
+    event.listen(database.sync_engine, "before_cursor_execute", record)
     try:
         yield seen
     finally:
-        event.remove(database.engine.sync_engine, "before_cursor_execute", record)
+        event.remove(database.sync_engine, "before_cursor_execute", record)

@@ -242,6 +242,8 @@ async def verify_id_token(
         header, claims = await verify_signature(id_token, jwks)
     else:
         header, claims = _unverified(id_token)
+        if not isinstance(header.get("alg"), str):  # authlib's at_hash rule would index a non-string
+            raise JwtRejected("malformed")
     options: dict[str, dict[str, Any]] = {"aud": {"essential": True, "value": client_id}, "sub": {"essential": True}}
     if issuers is not None:
         options["iss"] = {"essential": True, "values": list(issuers)}

@@ -207,7 +207,9 @@ def signed_out(cookies: list[Cookie], *, issuer: str, issuer_signout: bool) -> R
     if issuer_signout:
         paragraphs = [
             "This browser is no longer signed in to Coatcheck.",
-            f"The next connect link will start with signing in at {issuer}.",
+            # The issuer returns here whether or not the person confirmed there, so say what each means.
+            f"If you confirmed signing out at {issuer}, the next connect link starts with signing in there; "
+            f"if you chose to stay signed in at {issuer}, close the browser on a shared computer.",
         ]
     else:
         paragraphs = [

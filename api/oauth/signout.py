@@ -18,7 +18,6 @@ allows ``form-action`` to the end-session endpoint's origin as well, since brows
 
 import logging
 from typing import Any
-from urllib.parse import urlsplit
 
 from litestar import Request, Response, get, post
 from litestar.handlers import HTTPRouteHandler
@@ -32,14 +31,9 @@ logger = logging.getLogger(__name__)
 SIGNOUT_PATH = "/connect/signout"
 
 
-def _origin(url: str) -> str:
-    parts = urlsplit(url)
-    return f"{parts.scheme}://{parts.netloc}"
-
-
 def signout_routes(jar: CookieJar, login: OidcLogin, public_url: str) -> list[HTTPRouteHandler]:
     """The sign-out page and its form target."""
-    own_origin = _origin(public_url)
+    own_origin = web_origin(public_url)  # as a browser's Origin header spells it (host in lower case)
     # Registered at the issuer as the client's post_logout_redirect_uri.
     after_issuer_signout = f"{public_url}{SIGNOUT_PATH}"
 

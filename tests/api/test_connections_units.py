@@ -312,6 +312,15 @@ async def test_a_provider_id_token_for_another_request_is_refused_even_without_a
     assert refused.value.claim == claim
 
 
+async def test_a_provider_id_token_whose_alg_is_not_a_name_is_refused_as_malformed_without_a_jwks() -> None:
+    # Without a JWKS nothing checks the signature, but authlib's at_hash rule reads the alg as a string.
+    token = unsigned_jwt({**_claims(), "at_hash": "not-checked"}, alg=5)
+    async with httpx2.AsyncClient() as http:
+        registry = ProviderRegistry(providers=(), http=http, leeway=0)
+        with pytest.raises(JwtRejected, match="malformed"):
+            await registry.verify_id_token(_provider(), token, nonce="n-1", access_token="an-access-token")
+
+
 # -- logs ----------------------------------------------------------------------------------------------------
 
 

@@ -90,7 +90,7 @@ async def test_sdk_client_discovers_registers_logs_in_and_lists_tools_starting_f
             answered_by_app.append((response.request.method, response.url.path, response.status_code))
 
     # Only Coatcheck's origin is routed to the app; the dev IdP is reached over the network as usual.
-    to_app = httpx2.ASGITransport(app=app.app)  # type: ignore[arg-type]  # Litestar's ASGI callable typing
+    to_app = app.transport()
     async with (
         httpx2.AsyncClient(
             auth=auth, timeout=httpx2.Timeout(30.0), mounts={app.base_url: to_app}, event_hooks={"response": [note]}

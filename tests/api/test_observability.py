@@ -27,11 +27,14 @@ from mcp import Client
 from mcp.shared.exceptions import MCPError
 from prometheus_client.parser import text_string_to_metric_families
 
+from api.logs import principal_digest, principal_digest_key
 from store.crypto import TokenCipher
 from store.db import Database
 from store.principal import Principal
 from store.vault import TokenSet, VaultRepository
 from tests.support.devidp import DevIdP
+from tests.support.inprocess import settings_from
+from tests.support.leaks import assert_no_secrets
 from tests.support.mcp_client import connect
 from tests.support.mrtr import ScriptedUser, confirms
 from tests.support.server import RunningServer, run_server
@@ -129,10 +132,7 @@ def _secrets(server_env: dict[str, str]) -> list[str]:
 
 
 def _assert_nothing_secret(text: str, *values: str) -> None:
-    for value in values:
-        assert value not in text
-        if len(value) > 24:
-            assert value[-24:] not in text
+    assert_no_secrets(text, values)
 
 
 # --- logs ------------------------------------------------------------------------------------------------------
@@ -183,15 +183,20 @@ async def test_every_logger_writes_in_the_one_json_format(observed: RunningServe
 
 
 async def test_the_principal_digest_differs_between_users_and_is_keyed(
-    observed: RunningServer, devidp: DevIdP, user: str
+    observed: RunningServer, devidp: DevIdP, user: str, server_env: dict[str, str]
 ) -> None:
     other = f"{user}-other"
+    before = len(_tool_lines(observed))  # the module's server has logged other tests' calls already
     for username in (user, other):
         async with _client(devidp, observed, username) as connected:
             await connected.call_tool("cart_list", {})
-    wait_until(lambda: len(_tool_lines(observed)) >= 2, timeout=5, what="two tool-call lines")
-    digests = {line["principal"] for line in _tool_lines(observed)[-2:]}
-    assert len(digests) == 2
+    wait_until(lambda: len(_tool_lines(observed)) >= before + 2, timeout=5, what="this test's two tool-call lines")
+    digests = [line["principal"] for line in _tool_lines(observed)[before:]]
+    # Keyed with the server's own token key: what the logs show is exactly this digest of each caller.
+    key = principal_digest_key(settings_from(server_env).token_key_ring)
+    expected = [principal_digest(key, Principal(issuer=devidp.issuer, subject=name)) for name in (user, other)]
+    assert digests == expected
+    assert expected[0] != expected[1]
     for username in (user, other):
         unkeyed = hashlib.sha256(f"{devidp.issuer}\n{username}".encode()).hexdigest()
         assert unkeyed[:16] not in digests  # a dictionary of likely subjects does not reveal who it is
@@ -206,8 +211,15 @@ async def test_log_level_warning_silences_info_from_every_logger(
         # A failing tool call makes the SDK's logger say so at INFO; the request itself is an INFO access line.
         async with _client(devidp, running, user) as client:
             failed = await client.call_tool("cart_view", {"cart_id": "cart_nope"})
+        # The positive control, written after the INFO lines would have been: a refused sign-out warns.
+        refused = httpx2.post(
+            f"{running.base_url}/connect/signout", headers={"Origin": "https://evil.example"}, timeout=10
+        )
+        wait_until(lambda: "sign-out refused" in running.log_text(), timeout=5, what="the WARNING line")
         log = running.log_text()
     assert failed.is_error
+    assert refused.status_code == 403
+    assert re.search(r"\bWARNING\b.*sign-out refused", log), log[-3000:]
     assert not re.search(r"\bINFO\b", log), log[-3000:]
 
 

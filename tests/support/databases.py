@@ -21,11 +21,16 @@ async def create_database(admin_url: str, name: str) -> None:
         await conn.close()
 
 
+def quote_identifier(name: str) -> str:
+    """``name`` as a PostgreSQL quoted identifier."""
+    return '"' + name.replace('"', '""') + '"'
+
+
 async def drop_database(admin_url: str, name: str) -> None:
     """Drop ``name`` (disconnecting its sessions) if it exists."""
     conn = await asyncpg.connect(asyncpg_dsn(admin_url))
     try:
-        await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        await conn.execute(f"DROP DATABASE IF EXISTS {quote_identifier(name)} WITH (FORCE)")
     finally:
         await conn.close()
 

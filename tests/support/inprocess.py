@@ -11,13 +11,13 @@ import contextlib
 import os
 import secrets
 from collections.abc import AsyncIterator, Iterator, Mapping
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Any
 
 import httpx2
 from litestar import Litestar
 from mcp import Client
-from mcp.client.streamable_http import streamable_http_client
 from mcp.server.mcpserver import MCPServer
 
 from api.app import create_app
@@ -25,6 +25,7 @@ from api.mcp.server import build_mcp_server
 from api.oauth.setup import build_connections
 from api.settings import Settings
 from store.db import Database
+from tests.support.mcp_client import connect
 
 
 @contextlib.contextmanager
@@ -60,18 +61,18 @@ class InProcessApp:
     def mcp_url(self) -> str:
         return f"{self.base_url}/mcp"
 
+    def transport(self) -> httpx2.AsyncBaseTransport:
+        """A transport that hands each request straight to the app."""
+        # Litestar types its ASGI callable with its own event TypedDicts; httpx2 wants the generic signature.
+        return httpx2.ASGITransport(app=self.app)  # type: ignore[arg-type]
+
     def http(self, **options: Any) -> httpx2.AsyncClient:
         """An HTTP client whose requests go straight to the app (``base_url`` set, so paths suffice)."""
-        # Litestar types its ASGI callable with its own event TypedDicts; httpx2 wants the generic signature.
-        transport = httpx2.ASGITransport(app=self.app)  # type: ignore[arg-type]
-        return httpx2.AsyncClient(transport=transport, base_url=self.base_url, **options)
+        return httpx2.AsyncClient(transport=self.transport(), base_url=self.base_url, **options)
 
-    @contextlib.asynccontextmanager
-    async def mcp_client(self, token: str, **client_options: Any) -> AsyncIterator[Client]:
+    def mcp_client(self, token: str, **client_options: Any) -> AbstractAsyncContextManager[Client]:
         """An official SDK client to this app's ``/mcp`` presenting ``token``."""
-        http = self.http(headers={"Authorization": f"Bearer {token}"}, timeout=httpx2.Timeout(30.0))
-        async with http, Client(streamable_http_client(self.mcp_url, http_client=http), **client_options) as client:
-            yield client
+        return connect(self.mcp_url, token, transport=self.transport(), **client_options)
 
 
 @contextlib.asynccontextmanager

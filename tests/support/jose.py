@@ -39,7 +39,7 @@ def sign_jwt(claims: Mapping[str, Any], key: RSAKey | ECKey, *, kid: str | None 
     return jwt.encode({"alg": alg, "kid": kid}, dict(claims), key, algorithms=[alg])
 
 
-def unsigned_jwt(claims: Mapping[str, Any], **header: str) -> str:
+def unsigned_jwt(claims: Mapping[str, Any], **header: Any) -> str:
     """A JWT with ``alg: none`` and an empty signature (RFC 7519 section 6), which joserfc will not produce."""
 
     def segment(value: Mapping[str, Any]) -> str:

@@ -15,9 +15,13 @@ McpClientFactory = Callable[..., AbstractAsyncContextManager[Client]]
 
 
 @contextlib.asynccontextmanager
-async def connect(mcp_url: str, token: str, **client_options: Any) -> AsyncIterator[Client]:
-    """An official SDK client to ``mcp_url`` presenting ``token``."""
-    http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=httpx2.Timeout(30.0))
+async def connect(
+    mcp_url: str, token: str, *, transport: httpx2.AsyncBaseTransport | None = None, **client_options: Any
+) -> AsyncIterator[Client]:
+    """An official SDK client to ``mcp_url`` presenting ``token`` (over ``transport``: default, the network)."""
+    http = httpx2.AsyncClient(
+        headers={"Authorization": f"Bearer {token}"}, timeout=httpx2.Timeout(30.0), transport=transport
+    )
     async with http, Client(streamable_http_client(mcp_url, http_client=http), **client_options) as client:
         yield client
 

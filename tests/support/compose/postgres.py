@@ -4,12 +4,9 @@ import asyncpg  # type: ignore[import-untyped]
 
 from tests.support.compose.errors import ComposeUpError
 from tests.support.compose.project import Service
+from tests.support.databases import quote_identifier
 
 LOCAL_POSTGRES = ("127.0.0.1", 5432)
-
-
-def _quote_identifier(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
 
 
 def _quote_literal(value: str) -> str:
@@ -24,19 +21,10 @@ async def provision(admin_dsn: str, user: str, password: str, database: str) -> 
         exists = await conn.fetchval("SELECT 1 FROM pg_roles WHERE rolname = $1", user)
         verb = "ALTER" if exists else "CREATE"
         await conn.execute(
-            f"{verb} ROLE {_quote_identifier(user)} WITH LOGIN SUPERUSER PASSWORD {_quote_literal(password)}"
+            f"{verb} ROLE {quote_identifier(user)} WITH LOGIN SUPERUSER PASSWORD {_quote_literal(password)}"
         )
-        await conn.execute(f"DROP DATABASE IF EXISTS {_quote_identifier(database)} WITH (FORCE)")
-        await conn.execute(f"CREATE DATABASE {_quote_identifier(database)} OWNER {_quote_identifier(user)}")
-    finally:
-        await conn.close()
-
-
-async def drop_database(admin_dsn: str, database: str) -> None:
-    """Drop ``database``, disconnecting anyone still on it."""
-    conn = await asyncpg.connect(admin_dsn)
-    try:
-        await conn.execute(f"DROP DATABASE IF EXISTS {_quote_identifier(database)} WITH (FORCE)")
+        await conn.execute(f"DROP DATABASE IF EXISTS {quote_identifier(database)} WITH (FORCE)")
+        await conn.execute(f"CREATE DATABASE {quote_identifier(database)} OWNER {quote_identifier(user)}")
     finally:
         await conn.close()
 

@@ -32,9 +32,10 @@ from pathlib import Path
 from tests.support.compose.accounts import Identity, group_id, identity
 from tests.support.compose.errors import ComposeUpError
 from tests.support.compose.images import DOCKER_DEFAULT_PATH
-from tests.support.compose.postgres import LOCAL_POSTGRES, drop_database, postgres_env, provision
+from tests.support.compose.postgres import LOCAL_POSTGRES, postgres_env, provision
 from tests.support.compose.project import Project, Service, UnsupportedComposeError
 from tests.support.compose.staging import BuiltImage, build
+from tests.support.databases import drop_database
 from tests.support.processes import stop_process
 from tests.support.waiting import wait_until
 

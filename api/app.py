@@ -76,6 +76,8 @@ def create_app(
     db = database_from(settings)
     # Observability: a registry of this app's own (none at import time); spans only when tracing is on.
     metrics = Metrics(db.sync_engine) if settings.metrics_enabled else None
+    if metrics is not None:
+        db.on_unavailable(metrics.record_db_unavailable)
     if tracer_provider is not None:
         trace_statements(db.sync_engine, tracer_provider)
     http = httpx2.AsyncClient(timeout=httpx2.Timeout(10.0), follow_redirects=False)
@@ -139,13 +141,16 @@ def create_app(
     async def readyz() -> Response[dict[str, str]]:
         if drain.draining:  # leave the balancer's rotation before the listener closes
             return Response({"status": "shutting down"}, status_code=503)
-        if await db.ping(settings.readyz_timeout_seconds):
+        readiness = await db.readiness(settings.readyz_timeout_seconds)
+        if readiness == "ready":
             body = {"status": "ready"}
             search = await search_health.status()
             if search is not None:
                 body["catalog_search"] = search
             return Response(body, status_code=200)
-        return Response({"status": "database unreachable"}, status_code=503)
+        # A standby answers queries but refuses every write: not ready, so a balancer routes elsewhere.
+        status = "database read-only" if readiness == "read-only" else "database unreachable"
+        return Response({"status": status}, status_code=503)
 
     observability: list[BaseRouteHandler] = []
     if metrics is not None:

@@ -16,6 +16,8 @@ from prometheus_client.registry import Collector
 from sqlalchemy.engine import Engine
 from sqlalchemy.pool import Pool, QueuePool
 
+from store.errors import UNAVAILABLE_CAUSES
+
 #: Tool latency buckets (seconds): a cached read takes about a millisecond, a slow provider several seconds.
 #: How a tools/call can end (see api.mcp.observer); the last three are errors.
 OUTCOMES = ("ok", "input_required", "tool_error", "protocol_error", "exception")
@@ -101,6 +103,16 @@ class Metrics:
         self.purged = Counter(
             "coatcheck_purged_rows", "Rows deleted by the retention purge, by table.", ["table"], registry=registry
         )
+        self.db_unavailable = Counter(
+            "coatcheck_db_unavailable",
+            "Units of work (tool calls, purge batches) failed by a database outage, by cause: pool_timeout, "
+            "statement_timeout, lock_timeout, refused, connect_failed, no_writable_host, read_only, "
+            "connection_lost, no_answer (see store.errors.UNAVAILABLE_CAUSES).",
+            ["cause"],
+            registry=registry,
+        )
+        for cause in UNAVAILABLE_CAUSES:  # every series exists from the start, so rate() sees the first one
+            self.db_unavailable.labels(cause)
         if engine is not None:
             registry.register(_PoolCollector(engine))
 
@@ -134,6 +146,10 @@ class Metrics:
         """``n`` rows of ``table`` deleted by the retention purge."""
         if n:
             self.purged.labels(table).inc(n)
+
+    def record_db_unavailable(self, cause: str) -> None:
+        """A unit of work failed with :class:`store.errors.Unavailable` for ``cause``."""
+        self.db_unavailable.labels(cause if cause in UNAVAILABLE_CAUSES else "connection_lost").inc()
 
     def exposition(self) -> bytes:
         """The registry in Prometheus' text format."""

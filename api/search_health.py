@@ -10,6 +10,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from store.catalog import trigram_index_present
 from store.db import Database
+from store.errors import Unavailable
 
 logger = logging.getLogger(__name__)
 
@@ -32,7 +33,7 @@ class SearchHealth:
         try:
             async with self._database.one_statement() as conn:
                 self._indexed = await trigram_index_present(conn)
-        except (SQLAlchemyError, OSError):
+        except (SQLAlchemyError, OSError, Unavailable):
             return None
         if self._indexed:
             return INDEXED

@@ -16,10 +16,17 @@ Three rules keep the pool whole under load:
   ``pool_timeout``, lock waits by ``lock_timeout``, statements by ``statement_timeout``.
 * **Timeouts never ride in the startup packet**, which connection poolers refuse. See
   :class:`PoolerMode` for how they reach the server.
+* **A bound on the client side too** (:class:`ClientBounds`): a server that stops answering (frozen,
+  partitioned) fails the call within seconds instead of holding it, and its connection is discarded.
+
+A failover, restart or frozen server fails a call with :class:`~store.errors.Unavailable`, whose text says
+whether anything can have been written; the connection, and every pooled one opened before it, is replaced
+(see :mod:`store.outages`).
 """
 
 import asyncio
-from collections.abc import AsyncIterator
+import math
+from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -27,11 +34,11 @@ from typing import Any, Literal
 import anyio
 from sqlalchemy import event, text
 from sqlalchemy.engine import Engine, make_url
-from sqlalchemy.exc import DBAPIError, DisconnectionError, SQLAlchemyError
-from sqlalchemy.exc import TimeoutError as PoolTimeoutError
+from sqlalchemy.exc import DisconnectionError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from store.errors import Unavailable
+from store.outages import DATABASE_ERRORS, Phase, mark_failover_disconnects, report, set_keepalives, translate
 
 PoolerMode = Literal["none", "transaction"]
 """How Coatcheck talks to whatever sits between it and PostgreSQL.
@@ -51,9 +58,14 @@ PoolerMode = Literal["none", "transaction"]
 
 POOLER_MODES: tuple[PoolerMode, ...] = ("none", "transaction")
 
-# SQLSTATEs after which nothing was written and the same call may simply be retried.
-_TIMED_OUT = {"57014": "statement_timeout", "55P03": "lock_timeout"}
-_REFUSED = {"53300": "too many clients", "57P03": "not accepting connections yet"}
+Readiness = Literal["ready", "read-only", "unreachable"]
+"""What :meth:`Database.readiness` found: a writable primary, a standby or read-only server, or no answer."""
+
+# One round trip, like the SELECT 1 it replaces: a standby (or a server with default_transaction_read_only)
+# answers it too, so readiness asks whether this session could write.
+_READINESS_SQL = "SELECT pg_is_in_recovery() OR current_setting('transaction_read_only') = 'on'"
+# What a readiness probe may meet besides success; anything else is a bug and propagates.
+_PROBE_ERRORS: tuple[type[BaseException], ...] = (*DATABASE_ERRORS, SQLAlchemyError, Unavailable)
 
 
 def async_database_url(url: str) -> str:
@@ -82,23 +94,40 @@ def _discard_closed_connections(dbapi_connection: Any, _record: object, _proxy: 
         raise DisconnectionError("pooled connection was closed by the server")
 
 
-def _unavailable(exc: PoolTimeoutError | DBAPIError) -> Unavailable | None:
-    """The retryable error ``exc`` stands for (nothing was changed), or ``None`` if it is not one."""
-    if isinstance(exc, PoolTimeoutError):
-        return Unavailable(
-            "the server is busy: every database connection is in use; nothing was changed, retry in a moment"
+COMMAND_GRACE_SECONDS = 2.0
+"""How much longer than ``statement_timeout`` the client waits for an answer before it gives up."""
+
+
+@dataclass(frozen=True, slots=True)
+class ClientBounds:
+    """How long the client waits on the server, derived from the server-side timeouts (see docs/deployment.md).
+
+    ``command_timeout_s`` bounds every round trip (asyncpg's ``command_timeout``): the statement timeout plus
+    :data:`COMMAND_GRACE_SECONDS`, so the server's own cancel always arrives first and the client bound only
+    fires when the server stopped answering. ``connect_timeout_s`` bounds opening a connection (asyncpg's
+    ``timeout``, across every host of a multi-host URL): the pool timeout, so drawing a connection takes at
+    most twice that. Keepalives start after ``connect_timeout_s`` idle and probe every third of it, three times.
+    """
+
+    command_timeout_s: float
+    connect_timeout_s: float
+
+    @classmethod
+    def derived(cls, *, statement_timeout_ms: int, pool_timeout: float) -> "ClientBounds":
+        """The bounds for a pool with ``pool_timeout`` whose sessions run with ``statement_timeout_ms``."""
+        return cls(
+            command_timeout_s=statement_timeout_ms / 1000 + COMMAND_GRACE_SECONDS, connect_timeout_s=pool_timeout
         )
-    sqlstate = getattr(exc.orig, "sqlstate", None) or ""
-    if sqlstate in _TIMED_OUT:
-        return Unavailable(
-            f"the database did not answer in time ({_TIMED_OUT[sqlstate]}); nothing was changed, retry in a moment"
-        )
-    if sqlstate in _REFUSED:
-        # Only a new connection can be refused; with a fixed pool that is warm-up or a restart.
-        return Unavailable(
-            f"the database refused a connection ({_REFUSED[sqlstate]}); nothing was changed, retry in a moment"
-        )
-    return None
+
+    @property
+    def keepalive_idle_s(self) -> int:
+        return max(1, math.ceil(self.connect_timeout_s))
+
+    @property
+    def keepalive_interval_s(self) -> int:
+        return max(1, math.ceil(self.connect_timeout_s / 3))
+
+    KEEPALIVE_COUNT = 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,6 +180,14 @@ class Database:
         self._engine = engine
         self.pooler_mode: PoolerMode = pooler_mode
         self._begin_sql = "BEGIN; " + (session or SessionSettings()).set_sql(local=True)
+        self._on_unavailable: Callable[[str], None] | None = None
+        # Units whose statements commit one by one: a statement in flight when its connection dies may
+        # have committed. Behind a transaction pooler every unit is one explicit transaction instead.
+        self._autocommit_each_statement = pooler_mode != "transaction"
+
+    def on_unavailable(self, observer: Callable[[str], None]) -> None:
+        """Call ``observer`` with the cause (:data:`store.errors.UNAVAILABLE_CAUSES`) of every failed unit of work."""
+        self._on_unavailable = observer
 
     @property
     def sync_engine(self) -> Engine:
@@ -180,11 +217,16 @@ class Database:
         if pooler_mode not in POOLER_MODES:
             raise ValueError(f"pooler_mode must be one of {', '.join(POOLER_MODES)}")
         session = SessionSettings(statement_timeout_ms=statement_timeout_ms, lock_timeout_ms=lock_timeout_ms)
-        connect_args: dict[str, object] = {}
+        bounds = ClientBounds.derived(statement_timeout_ms=statement_timeout_ms, pool_timeout=pool_timeout)
+        # Client-side bounds ride in no packet: asyncpg enforces them locally (see ClientBounds).
+        connect_args: dict[str, object] = {
+            "timeout": bounds.connect_timeout_s,
+            "command_timeout": bounds.command_timeout_s,
+        }
         if pooler_mode == "transaction":
             # Both caches off: asyncpg then uses the unnamed statement and re-parses it in the very
             # exchange that executes it, so no statement outlives the pooled server connection.
-            connect_args = {"statement_cache_size": 0, "prepared_statement_cache_size": 0}
+            connect_args |= {"statement_cache_size": 0, "prepared_statement_cache_size": 0}
         engine = create_async_engine(
             async_database_url(url),
             pool_size=pool_size,
@@ -199,6 +241,18 @@ class Database:
             connect_args=connect_args,
         )
         event.listen(engine.sync_engine, "checkout", _discard_closed_connections)
+        event.listen(engine.sync_engine, "handle_error", mark_failover_disconnects)
+
+        def keep_alive(dbapi_connection: Any, _record: object) -> None:
+            set_keepalives(
+                dbapi_connection,
+                idle_s=bounds.keepalive_idle_s,
+                interval_s=bounds.keepalive_interval_s,
+                count=ClientBounds.KEEPALIVE_COUNT,
+                user_timeout_ms=math.ceil(bounds.command_timeout_s * 1000),
+            )
+
+        event.listen(engine.sync_engine, "connect", keep_alive)
         if pooler_mode == "none":
             set_session = session.set_sql(local=False)
 
@@ -220,7 +274,7 @@ class Database:
         """
         # Behind a transaction pooler every unit of work is an explicit transaction (see PoolerMode).
         opened = self._explicit_transaction() if self.pooler_mode == "transaction" else self._begin_direct()
-        return self._unit_of_work(opened)
+        return self._unit_of_work(opened, commits_each_statement=False)
 
     def one_statement(self) -> AbstractAsyncContextManager[AsyncConnection]:
         """Run a block that issues exactly one statement, as its own transaction (autocommit).
@@ -240,23 +294,30 @@ class Database:
         when what it read has moved on), so no lock or transaction has to span two statements.
         Shielded from cancellation like :meth:`transaction`.
         """
-        opened = self._explicit_transaction() if self.pooler_mode == "transaction" else self._engine.connect()
-        return self._unit_of_work(opened)
+        return self._unit_of_work(self._opened_autocommit(), commits_each_statement=self._autocommit_each_statement)
+
+    def _opened_autocommit(self) -> AbstractAsyncContextManager[AsyncConnection]:
+        return self._explicit_transaction() if self.pooler_mode == "transaction" else self._engine.connect()
 
     @asynccontextmanager
     async def _unit_of_work(
-        self, opened: AbstractAsyncContextManager[AsyncConnection]
+        self, opened: AbstractAsyncContextManager[AsyncConnection], *, commits_each_statement: bool
     ) -> AsyncIterator[AsyncConnection]:
         # Every unit of work alike: shielded from cancellation, its errors translated. One generator for
-        # all three (these methods return it rather than wrap it): each layer costs every tool call.
+        # all three (these methods return it rather than wrap it): each layer costs every tool call. The
+        # phase costs two assignments; the translation runs only when something failed.
         with anyio.CancelScope(shield=True):
+            phase = Phase.CONNECTING
             try:
                 async with opened as conn:
+                    phase = Phase.RUNNING
                     yield conn
-            except (PoolTimeoutError, DBAPIError) as exc:
-                unavailable = _unavailable(exc)
+                    phase = Phase.ENDING
+            except DATABASE_ERRORS as exc:
+                unavailable = translate(exc, phase, commits_each_statement=commits_each_statement)
                 if unavailable is None:
                     raise
+                report(unavailable, exc, self._on_unavailable)
                 raise unavailable from None
 
     @asynccontextmanager
@@ -286,7 +347,13 @@ class Database:
         async with self._engine.connect() as conn:
             driver = (await conn.get_raw_connection()).driver_connection
             assert driver is not None  # a checked-out connection always has one  # noqa: S101
-            await driver.execute(self._begin_sql)
+            try:
+                await driver.execute(self._begin_sql)
+            except BaseException:
+                # Sent on the raw connection, so SQLAlchemy saw nothing: a connection whose BEGIN failed
+                # (closed, frozen, busy) is in an unknown state and must not go back to the pool.
+                await conn.invalidate()
+                raise
             try:
                 yield conn
             except BaseException:
@@ -303,14 +370,22 @@ class Database:
             await conn.invalidate()
             raise
 
-    async def ping(self, within: float) -> bool:
-        """Tell whether the database answers ``SELECT 1`` within ``within`` seconds."""
+    async def readiness(self, within: float) -> Readiness:
+        """Whether the database answers within ``within`` seconds, and as a server that takes writes.
+
+        One statement, one round trip. A probe is no tool call: its failures are neither logged nor counted
+        (a balancer probes every few seconds), though a connection it finds broken still leaves the pool.
+        """
         try:
-            async with asyncio.timeout(within), self.one_statement() as conn:
-                await conn.execute(text("SELECT 1"))
-        except (SQLAlchemyError, OSError, TimeoutError, Unavailable):
-            return False
-        return True
+            async with asyncio.timeout(within), self._opened_autocommit() as conn:
+                read_only = (await conn.execute(text(_READINESS_SQL))).scalar_one()
+        except _PROBE_ERRORS:
+            return "unreachable"
+        return "read-only" if read_only else "ready"
+
+    async def ping(self, within: float) -> bool:
+        """Tell whether the database answers within ``within`` seconds as a writable primary."""
+        return await self.readiness(within) == "ready"
 
     async def dispose(self) -> None:
         """Close every pooled connection."""

@@ -11,6 +11,10 @@ name that step with :func:`provider_step` around the call; the translation still
 
 Tools raise ``ToolError`` themselves only for verdicts of their own (an expired connect link, a
 spent confirmation), and ``MCPError`` only where the protocol prescribes a JSON-RPC error code.
+
+A database outage (:class:`~store.errors.Unavailable`) says "retry in a moment" and what can have happened:
+nothing, or, when the connection died with a write in flight, that the change may or may not have been
+saved, followed by why retrying *this* tool is safe (:data:`RETRY_SAFE`). The store has logged it once.
 """
 
 import logging
@@ -98,13 +102,50 @@ def _sentence(exc: Exception) -> str:
     return text[:1].upper() + text[1:] + "."
 
 
+READS_ONLY = "this tool only reads, so nothing was changed: retry in a moment"
+RETRY_SAFE = {
+    "cart_create": "retrying with the same idempotency_key is safe: it returns the cart the first attempt "
+    "created, if it did (without a key a retry may create a second cart: look at cart_list first)",
+    "cart_set_item": "retrying is safe: cart_set_item sets an absolute quantity, so a repeat has the effect "
+    "of one call (with expected_version, a saved first attempt makes the retry a version conflict: "
+    "cart_view shows the cart)",
+    "cart_delete": "retrying is safe: a repeat deletes the cart if it is still there, and deleted: false "
+    "means the first attempt removed it",
+    "cart_checkout": "retrying the same call (the same requestState and answer) is safe: one confirmation "
+    "places at most one order, and the retry returns that order if the first attempt placed it",
+    "connection_whoami": "retrying is safe: the retry reads your connection afresh (and offers a new connect "
+    "link if one is needed)",
+    "connection_disconnect": "retrying is safe: a repeat removes the tokens if they are still there "
+    "(was_connected: false means the first attempt removed them)",
+}
+"""Why retrying each writing tool is safe after an outage that left its change in doubt."""
+_READ_ONLY_TOOLS = frozenset(
+    {"catalog_search", "cart_view", "cart_list", "order_view", "order_list", "connection_list"}
+)
+
+
+def unavailable_text(exc: Unavailable, tool: str | None) -> str:
+    """The tool error for a database outage during ``tool``: the promise, then why a retry is safe."""
+    if not exc.outcome_unknown:
+        return _sentence(exc)
+    if tool in _READ_ONLY_TOOLS:
+        what = (
+            "The database stopped answering" if exc.cause == "no_answer" else "The connection to the database was lost"
+        )
+        return f"{what} (a failover or restart may be under way); {READS_ONLY}."
+    reason = RETRY_SAFE.get(tool or "", "look at the current state before repeating the change")
+    return f"{_sentence(exc)} {reason[:1].upper()}{reason[1:]}."
+
+
 Anticipated = NotFound | Conflict | InvalidInput | Unavailable | ProviderUnavailable | ProviderStepFailed
 """The exceptions a tool may raise that become tool errors; anything else is the SDK's generic error."""
 _ANTICIPATED = (NotFound, Conflict, InvalidInput, Unavailable, ProviderUnavailable, ProviderStepFailed)
 
 
-def as_tool_error(exc: Anticipated) -> ToolError:
-    """The tool error an anticipated ``exc`` stands for."""
+def as_tool_error(exc: Anticipated, *, tool: str | None = None) -> ToolError:
+    """The tool error an anticipated ``exc`` raised by ``tool`` stands for."""
+    if isinstance(exc, Unavailable):
+        return ToolError(unavailable_text(exc, tool))
     if isinstance(exc, NotFound):
         return ToolError(not_found_text(exc.kind, exc.handle))
     if isinstance(exc, ProviderUnavailable):
@@ -117,11 +158,13 @@ def as_tool_error(exc: Anticipated) -> ToolError:
 def tool_errors(fn: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
     """Translate anticipated store and provider errors raised by a tool into :class:`ToolError`."""
 
+    tool = fn.__name__  # every tool is registered under its function's name
+
     @wraps(fn)
     async def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
         try:
             return await fn(*args, **kwargs)
         except _ANTICIPATED as exc:
-            raise as_tool_error(exc) from None
+            raise as_tool_error(exc, tool=tool) from None
 
     return wrapper

@@ -161,9 +161,9 @@ def translate(exc: BaseException, phase: Phase, *, commits_each_statement: bool)
         return None
     timed_out = any(isinstance(e, TimeoutError) for e in chain)
     if phase is Phase.CONNECTING:
-        reason = "did not answer in time" if timed_out else "cannot be reached"
+        reason = "did not answer a new connection in time" if timed_out else "cannot be reached right now"
         return Unavailable(
-            f"the database {reason} right now (a failover or restart may be under way); {_NOTHING}",
+            f"the database {reason} (a failover or restart may be under way); {_NOTHING}",
             cause="connect_failed",
         )
     cause = "no_answer" if timed_out else "connection_lost"
@@ -188,9 +188,9 @@ def describe(exc: BaseException) -> str:
     Messages may carry host names, bound values or a DSN; the class and the SQLSTATE say what happened.
     """
     chain = _chain(exc)
-    names = "/".join(dict.fromkeys(type(e).__name__ for e in chain))
+    name = type(chain[-1]).__name__  # the driver's own exception: SQLAlchemy's wrappers say nothing more
     sqlstate = _sqlstate(chain)
-    return f"{names} SQLSTATE {sqlstate}" if sqlstate else names
+    return f"{name} SQLSTATE {sqlstate}" if sqlstate else name
 
 
 def report(unavailable: Unavailable, exc: BaseException, observer: Callable[[str], None] | None) -> None:

@@ -1,4 +1,4 @@
-"""Health endpoints: /healthz says the process is up, /readyz whether the database answers in time.
+"""Health endpoints: /healthz says the process is up, /readyz whether the database answers in time, writable.
 
 The answers and the readiness deadline are the app's, so the test builds the app in-process by
 ``create_app`` from settings naming a database that does not answer; its lifespan starting regardless is
@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from tests.support.inprocess import settings_from, started_app
+from tests.support.pg_nodes import primary_and_standby
 from tests.support.waiting import free_port
 
 READYZ_TIMEOUT = 1.0
@@ -60,3 +61,15 @@ async def test_readyz_reports_503_within_its_timeout_when_the_database_is_unreac
     if kind == "silent":
         assert elapsed >= READYZ_TIMEOUT * 0.9  # it waited for the deadline, not for the connect to fail
     assert "nowhere" not in response.text
+
+
+async def test_readyz_is_503_on_a_streaming_standby_and_200_on_its_primary(server_env: dict[str, str]) -> None:
+    """A standby answers queries (``SELECT 1`` passed there) but refuses every write: a failover's demoted primary."""
+    answers = {}
+    with primary_and_standby() as nodes:
+        for node in nodes:
+            env = {**server_env, "DATABASE_URL": node.url, "READYZ_TIMEOUT_SECONDS": str(READYZ_TIMEOUT)}
+            async with started_app(settings_from(env)) as app, app.http(timeout=10) as http:
+                response = await http.get("/readyz")
+                answers[node.name] = (response.status_code, response.json()["status"])
+    assert answers == {"primary": (200, "ready"), "standby": (503, "database read-only")}

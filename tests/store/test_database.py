@@ -8,7 +8,6 @@ import asyncpg  # type: ignore[import-untyped]
 import pytest
 from sqlalchemy import text
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from store.db import Database

@@ -48,15 +48,13 @@ async def test_a_write_that_reaches_a_standby_fails_as_read_only_with_nothing_ch
         try:
             async with database.one_statement() as a, database.one_statement() as b, database.one_statement() as c:
                 old = {int((await conn.execute(text("SELECT pg_backend_pid()"))).scalar_one()) for conn in (a, b, c)}
-            with caplog.at_level(logging.WARNING, logger="store.db"):
-                with pytest.raises(Unavailable) as failed:
-                    await _write(database)
+            with caplog.at_level(logging.WARNING, logger="store.db"), pytest.raises(Unavailable) as failed:
+                await _write(database)
             assert str(failed.value) == f"the database is read-only right now (a failover may be under way); {NOTHING}"
             assert (failed.value.cause, failed.value.outcome_unknown) == ("read_only", False)
             warnings = [r for r in caplog.records if r.name == "store.db"]
             assert [r.getMessage() for r in warnings] == [
-                "database unavailable (read_only, nothing changed): "
-                "ReadOnlySQLTransactionError SQLSTATE 25006"
+                "database unavailable (read_only, nothing changed): ReadOnlySQLTransactionError SQLSTATE 25006"
             ]
             assert warnings[0].exc_info is None  # no traceback for an outage
             # The connection that reached the standby left the pool, and so did every one opened before it.
@@ -282,7 +280,7 @@ async def test_pooled_connections_have_tcp_keepalives_derived_from_the_pool_time
     try:
         async with database.one_statement() as conn:
             driver = (await conn.get_raw_connection()).driver_connection
-            sock = driver._transport.get_extra_info("socket")  # type: ignore[union-attr]  # noqa: SLF001
+            sock = driver._transport.get_extra_info("socket")  # type: ignore[union-attr]
             options = {
                 name: sock.getsockopt(level, getattr(socket, name))
                 for level, name in [

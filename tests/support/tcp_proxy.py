@@ -77,7 +77,7 @@ class TcpProxy:
 async def tcp_proxy(target_port: int, target_host: str = "127.0.0.1") -> AsyncIterator[TcpProxy]:
     """Start a proxy on a free loopback port forwarding to ``target_host:target_port``; stop it at the end."""
     proxy = TcpProxy(port=0, target=(target_host, target_port))
-    server = await asyncio.start_server(proxy._serve, "127.0.0.1", 0)  # noqa: SLF001 - its own handler
+    server = await asyncio.start_server(proxy._serve, "127.0.0.1", 0)
     proxy.port = server.sockets[0].getsockname()[1]
     try:
         yield proxy
@@ -85,6 +85,6 @@ async def tcp_proxy(target_port: int, target_host: str = "127.0.0.1") -> AsyncIt
         server.close()
         proxy.cut()
         await server.wait_closed()
-        for task in list(proxy._tasks):  # noqa: SLF001
+        for task in list(proxy._tasks):
             task.cancel()
-        await asyncio.gather(*proxy._tasks, return_exceptions=True)  # noqa: SLF001
+        await asyncio.gather(*proxy._tasks, return_exceptions=True)

@@ -24,6 +24,7 @@ from api.auth import JwtVerifier
 from api.commands.purge import RetentionPolicy, purge_periodically
 from api.database import database_from
 from api.draining import Drain
+from api.durability import SyncStandbyCheck
 from api.jose import IssuerMetadata, JwksCache
 from api.logs import install_access_log_redaction, principal_digest_key
 from api.mcp.endpoint import McpEndpoint, transport_security
@@ -136,14 +137,24 @@ def create_app(
         return {"status": "ok"}
 
     drain = Drain(settings.shutdown_drain_seconds)
+    sync_check = (
+        SyncStandbyCheck(db, on_count=metrics.record_sync_standbys if metrics is not None else None)
+        if settings.db_require_sync_standby
+        else None
+    )
 
     @get("/readyz")
     async def readyz() -> Response[dict[str, str]]:
         if drain.draining:  # leave the balancer's rotation before the listener closes
             return Response({"status": "shutting down"}, status_code=503)
         readiness = await db.readiness(settings.readyz_timeout_seconds)
+        if readiness == "ready" and sync_check is not None and not sync_check.durable:
+            # DB_REQUIRE_SYNC_STANDBY: an order acknowledged now would not survive a failover.
+            return Response({"status": "no synchronous standby", "durability": sync_check.status}, status_code=503)
         if readiness == "ready":
             body = {"status": "ready"}
+            if sync_check is not None:
+                body["durability"] = sync_check.status
             search = await search_health.status()
             if search is not None:
                 body["catalog_search"] = search
@@ -176,14 +187,20 @@ def create_app(
                 ),
                 name="coatcheck-purge",
             )
+        checker = None
+        if sync_check is not None:
+            checker = asyncio.create_task(
+                sync_check.run(settings.db_sync_standby_check_seconds), name="coatcheck-sync-standby-check"
+            )
         try:
             async with mcp.session_manager.run():
                 yield
         finally:
-            if purger is not None:
-                purger.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await purger
+            for task in (purger, checker):
+                if task is not None:
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await task
             await http.aclose()
             await db.dispose()
 

@@ -10,7 +10,7 @@ callers skip the call, so nothing is done per request.
 from collections.abc import Iterator
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 from sqlalchemy.engine import Engine
@@ -113,6 +113,12 @@ class Metrics:
         )
         for cause in UNAVAILABLE_CAUSES:  # every series exists from the start, so rate() sees the first one
             self.db_unavailable.labels(cause)
+        self.sync_standbys = Gauge(
+            "coatcheck_db_sync_standbys",
+            "Synchronous standbys the primary has (DB_REQUIRE_SYNC_STANDBY; -1: it could not be asked, "
+            "0: synchronous_standby_names empty or no standby in sync).",
+            registry=registry,
+        )
         if engine is not None:
             registry.register(_PoolCollector(engine))
 
@@ -150,6 +156,10 @@ class Metrics:
     def record_db_unavailable(self, cause: str) -> None:
         """A unit of work failed with :class:`store.errors.Unavailable` for ``cause``."""
         self.db_unavailable.labels(cause if cause in UNAVAILABLE_CAUSES else "connection_lost").inc()
+
+    def record_sync_standbys(self, count: int) -> None:
+        """The synchronous-standby check found ``count`` standbys in sync (-1: the database did not answer)."""
+        self.sync_standbys.set(count)
 
     def exposition(self) -> bytes:
         """The registry in Prometheus' text format."""

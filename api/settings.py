@@ -255,6 +255,18 @@ class Settings(RetentionSettings, VaultKeySettings):
         description="Most lines (distinct products) one cart may hold; cart_set_item refuses a new line beyond it.",
     )
     readyz_timeout_seconds: float = Field(default=2.0, gt=0)
+    db_require_sync_standby: bool = Field(
+        default=False,
+        description="true: /readyz answers 503 unless the primary has a synchronous standby "
+        "(synchronous_standby_names set and a sync or quorum standby in pg_stat_replication), so an acknowledged "
+        "order survives a failover; for a replicated cluster (the role needs pg_monitor). Off for a single database.",
+    )
+    db_sync_standby_check_seconds: float = Field(
+        default=5.0,
+        gt=0,
+        le=300,
+        description="How often DB_REQUIRE_SYNC_STANDBY re-checks the primary's synchronous standbys.",
+    )
     mcp_json_response: bool = False
     log_level: str = Field(default="INFO", description="Level of every logger (uvicorn, Litestar, mcp, httpx2, ours).")
     log_format: Literal["text", "json"] = Field(

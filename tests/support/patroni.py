@@ -12,9 +12,9 @@ import contextlib
 import csv
 import io
 import os
-import socket
 import shutil
 import signal
+import socket
 import subprocess
 import tempfile
 from collections.abc import Iterator

@@ -294,7 +294,8 @@ class Database:
         when what it read has moved on), so no lock or transaction has to span two statements.
         Shielded from cancellation like :meth:`transaction`.
         """
-        return self._unit_of_work(self._opened_autocommit(), commits_each_statement=self._autocommit_each_statement)
+        opened = self._explicit_transaction() if self.pooler_mode == "transaction" else self._engine.connect()
+        return self._unit_of_work(opened, commits_each_statement=self._autocommit_each_statement)
 
     def _opened_autocommit(self) -> AbstractAsyncContextManager[AsyncConnection]:
         return self._explicit_transaction() if self.pooler_mode == "transaction" else self._engine.connect()

@@ -20,6 +20,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from api.commands.runner import load_settings, run_with_database
 from api.settings import RetentionSettings
 from store.db import Database
+from store.errors import Unavailable
 from store.retention import PURGEABLE, Purgeable, purge_batch
 
 __all__ = ["RetentionPolicy", "parse_duration", "purge", "purge_periodically", "register"]
@@ -111,6 +112,9 @@ async def purge_periodically(
             totals = await purge(database, policy)
         except asyncio.CancelledError:
             raise
+        except Unavailable as exc:
+            # An outage, already logged once by the store (cause, no traceback): only say what happens next.
+            logger.warning("purge stopped (database unavailable: %s); retrying in %s", exc.cause, every)
         except Exception:
             logger.warning("purge failed; retrying in %s", every, exc_info=True)
         else:
@@ -143,7 +147,7 @@ def _run(_: argparse.Namespace) -> None:
     policy = RetentionPolicy.from_settings(settings)
     try:
         totals = run_with_database(settings, lambda database: purge(database, policy))
-    except (SQLAlchemyError, OSError) as exc:
+    except (SQLAlchemyError, OSError, Unavailable) as exc:
         # The class only: a driver message may quote the URL.
         print(
             f"coatcheck: purge failed: {type(exc).__name__}; nothing after the last finished batch was deleted",

@@ -20,7 +20,7 @@ from api.oauth.client import OAuthFailure
 from store.audit import AuditRepository
 from store.crypto import TokenCipher
 from store.db import Database
-from store.errors import InvalidGrant
+from store.errors import InvalidGrant, Unavailable
 from store.principal import Principal
 from store.token_refresh import (
     RefreshLease,
@@ -196,6 +196,6 @@ class TokenRefresher:
                 await AuditRepository(conn).record(
                     lease.principal, "refresh", provider=lease.provider, outcome="failed", detail=reason
                 )
-        except (SQLAlchemyError, OSError):
+        except (SQLAlchemyError, OSError, Unavailable):
             # The lease then expires on its own.
             logger.warning("could not release the refresh lease or audit the failure", exc_info=True)

@@ -20,6 +20,7 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import asyncpg  # type: ignore[import-untyped]
@@ -279,7 +280,7 @@ def test_switchovers_and_a_killed_postmaster_lose_no_acknowledged_order_and_clie
         first = cluster.leader()
         assert first is not None
         for balancer in cluster.balancers:
-            wait_until(lambda b=balancer: b.routes_only_to(first.name), timeout=30, what="HAProxy to find the leader")
+            wait_until(partial(balancer.routes_only_to, first.name), timeout=30, what="HAProxy to find the leader")
         _prepare_database(cluster)
         with two_servers(cluster) as (idp, servers):
             tokens = [
@@ -296,10 +297,10 @@ def test_switchovers_and_a_killed_postmaster_lose_no_acknowledged_order_and_clie
                 ):
                     started = time.monotonic()
                     what = act()
-                    events.append((f"{name} {what}", started))
+                    events.append((f"{name} of {' to '.join(what) if isinstance(what, tuple) else what}", started))
                     cluster.wait_healthy(timeout=120)
                     wait_until(
-                        lambda s=started: load.quiet_since(s),
+                        partial(load.quiet_since, started),
                         timeout=RECOVERY_BOUND_S + 60,
                         what=f"calls to succeed again on both servers after the {name}",
                     )

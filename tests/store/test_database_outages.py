@@ -10,6 +10,7 @@ import asyncio
 import logging
 import socket
 import time
+from collections.abc import Awaitable, Callable
 
 import pytest
 from sqlalchemy import text
@@ -263,7 +264,7 @@ async def test_a_frozen_server_fails_calls_within_the_client_side_bounds_and_the
             await database.dispose()
 
 
-def _answers(database: Database):  # type: ignore[no-untyped-def]
+def _answers(database: Database) -> Callable[[], Awaitable[bool]]:
     async def probe() -> bool:
         try:
             return await _backend(database) > 0

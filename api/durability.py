@@ -38,7 +38,9 @@ class SyncStandbyCheck:
         try:
             async with self._database.one_statement() as conn:
                 found = await synchronous_replication(conn)
-        except (SQLAlchemyError, OSError, Unavailable):
+        except (SQLAlchemyError, OSError, Unavailable) as exc:
+            if self.status != "unknown":  # the store logged an outage already; say what it means here, once
+                logger.warning("DB_REQUIRE_SYNC_STANDBY: the primary could not be asked (%s)", type(exc).__name__)
             status: Durability = "unknown"
             count = -1
         else:

@@ -39,15 +39,18 @@ async def test_readyz_waits_for_a_synchronous_standby_and_goes_503_when_it_is_go
         async with started_app(settings_from(env)) as app, app.http(timeout=10) as http:
 
             async def status_is(expected: str) -> bool:
-                return (await _answer(http))[1]["status"] == expected
+                return (await _answer(http))[1].get("durability") == expected
 
+            # Before the first check has answered, durability is "unknown" (also 503).
             await eventually(lambda: status_is("no synchronous standby"), within=10, what="the first check")
             asynchronous = await _answer(http)
             asynchronous_gauge = _gauge((await http.get("/metrics")).text)
 
             await fetchval(primary.url, "ALTER SYSTEM SET synchronous_standby_names = 'standby'")
             await fetchval(primary.url, "SELECT pg_reload_conf()")
-            await eventually(lambda: status_is("ready"), within=15, what="readiness once the standby is synchronous")
+            await eventually(
+                lambda: status_is("synchronous standby"), within=15, what="readiness once the standby is synchronous"
+            )
             synchronous = await _answer(http)
             synchronous_gauge = _gauge((await http.get("/metrics")).text)
 

@@ -240,6 +240,9 @@ def two_servers(cluster: Cluster) -> Iterator[tuple[DevIdP, dict[str, RunningSer
                 ),
                 "ALLOWED_HOSTS": f"127.0.0.1:{ports[name]}",
                 "DB_POOL_SIZE": "4",
+                # Patroni's synchronous_mode names a standby: ready (the async case is tests/api/test_durability.py).
+                "DB_REQUIRE_SYNC_STANDBY": "true",
+                "DB_SYNC_STANDBY_CHECK_SECONDS": "1",
             }
             for name, balancer in zip(ports, cluster.balancers, strict=True)
         }
@@ -248,6 +251,11 @@ def two_servers(cluster: Cluster) -> Iterator[tuple[DevIdP, dict[str, RunningSer
             run_server(envs["s2"], port=ports["s2"], public_url=public_url) as s2,
         ):
             yield idp, {"s1": s1, "s2": s2}
+
+
+def _durably_ready(server: RunningServer) -> bool:
+    response = httpx2.get(f"{server.base_url}/readyz", timeout=5)
+    return response.status_code == 200 and response.json().get("durability") == "synchronous standby"
 
 
 def _recovery(load: Load, event: float, until: float) -> float:
@@ -287,6 +295,8 @@ def test_switchovers_and_a_killed_postmaster_lose_no_acknowledged_order_and_clie
                 asyncio.run(idp.token(f"shopper-{n}", resource=f"{servers['s1'].base_url}/mcp")) for n in range(USERS)
             ]
             urls = {name: f"{server.base_url}/mcp" for name, server in servers.items()}
+            for server in servers.values():
+                wait_until(partial(_durably_ready, server), timeout=30, what="/readyz with a synchronous standby")
             events: list[tuple[str, float]] = []
             with running_load(urls, tokens) as load:
                 wait_until(lambda: len(load.acknowledged) >= 10, timeout=60, what="the first orders")

@@ -105,7 +105,8 @@ class Metrics:
         )
         self.db_unavailable = Counter(
             "coatcheck_db_unavailable",
-            "Units of work (tool calls, purge batches) failed by a database outage, by cause: pool_timeout, "
+            "Units of work (tool calls, purge batches, background checks) failed by a database outage, by cause: "
+            "pool_timeout, "
             "statement_timeout, lock_timeout, refused, connect_failed, no_writable_host, read_only, "
             "connection_lost, no_answer (see store.errors.UNAVAILABLE_CAUSES).",
             ["cause"],

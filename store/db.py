@@ -96,6 +96,8 @@ def _discard_closed_connections(dbapi_connection: Any, _record: object, _proxy: 
 
 COMMAND_GRACE_SECONDS = 2.0
 """How much longer than ``statement_timeout`` the client waits for an answer before it gives up."""
+MIN_CONNECT_TIMEOUT_SECONDS = 2.0
+"""The least time a new connection gets (TCP, TLS, authentication), however short the pool timeout."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,8 +107,9 @@ class ClientBounds:
     ``command_timeout_s`` bounds every round trip (asyncpg's ``command_timeout``): the statement timeout plus
     :data:`COMMAND_GRACE_SECONDS`, so the server's own cancel always arrives first and the client bound only
     fires when the server stopped answering. ``connect_timeout_s`` bounds opening a connection (asyncpg's
-    ``timeout``, across every host of a multi-host URL): the pool timeout, so drawing a connection takes at
-    most twice that. Keepalives start after ``connect_timeout_s`` idle and probe every third of it, three times.
+    ``timeout``, across every host of a multi-host URL): the pool timeout (at least
+    :data:`MIN_CONNECT_TIMEOUT_SECONDS`), so drawing a connection takes at most about twice the pool timeout.
+    Keepalives start after ``connect_timeout_s`` idle and probe every third of it, three times.
     """
 
     command_timeout_s: float
@@ -116,7 +119,8 @@ class ClientBounds:
     def derived(cls, *, statement_timeout_ms: int, pool_timeout: float) -> "ClientBounds":
         """The bounds for a pool with ``pool_timeout`` whose sessions run with ``statement_timeout_ms``."""
         return cls(
-            command_timeout_s=statement_timeout_ms / 1000 + COMMAND_GRACE_SECONDS, connect_timeout_s=pool_timeout
+            command_timeout_s=statement_timeout_ms / 1000 + COMMAND_GRACE_SECONDS,
+            connect_timeout_s=max(pool_timeout, MIN_CONNECT_TIMEOUT_SECONDS),
         )
 
     @property

@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable
 import pytest
 from sqlalchemy import text
 
-from store.db import COMMAND_GRACE_SECONDS, Database
+from store.db import COMMAND_GRACE_SECONDS, ClientBounds, Database
 from store.errors import Unavailable
 from tests.support.pg_nodes import PgNode, fetchval, primary_and_standby
 from tests.support.tcp_proxy import tcp_proxy
@@ -223,7 +223,9 @@ async def test_a_backend_terminated_mid_statement_is_connection_lost_with_the_ou
 
 async def test_a_frozen_server_fails_calls_within_the_client_side_bounds_and_they_work_again_after_it_thaws() -> None:
     statement_timeout_ms, pool_timeout = 1000, 1.0
-    bound = statement_timeout_ms / 1000 + COMMAND_GRACE_SECONDS
+    bounds = ClientBounds.derived(statement_timeout_ms=statement_timeout_ms, pool_timeout=pool_timeout)
+    bound, connect_bound = bounds.command_timeout_s, bounds.connect_timeout_s
+    assert (bound, connect_bound) == (1 + COMMAND_GRACE_SECONDS, 2.0)  # 2 s: the floor of a connect
     with primary_and_standby(standby=False) as (primary,):
         database = Database.connect(
             primary.url,
@@ -258,7 +260,7 @@ async def test_a_frozen_server_fails_calls_within_the_client_side_bounds_and_the
                 f"{NOTHING}"
             )
             assert refused.value.cause == "connect_failed"
-            assert pool_timeout * 0.9 <= on_new < pool_timeout + 3, on_new
+            assert connect_bound * 0.9 <= on_new < connect_bound + 3, on_new
             await eventually(_answers(database), within=30, what="calls to work again after the thaw")
         finally:
             await database.dispose()

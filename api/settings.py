@@ -12,7 +12,7 @@ from urllib.parse import urlsplit
 from pydantic import Field, SecretStr, ValidationError, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from api.oauth.providers import ProviderConfig, load_providers
+from api.provider_config import ProviderConfig, load_providers
 from api.secret_strength import MIN_SECRET_BITS, estimated_entropy_bits
 from store.db import async_database_url
 

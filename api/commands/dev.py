@@ -285,7 +285,7 @@ def _interrupt(signum: int, frame: object) -> None:
 def run_dev(*, data_dir: Path, host: str, port: int, idp_port: int) -> None:
     """Run the development stack until SIGINT/SIGTERM (see the module docstring)."""
     from api.app import create_app
-    from api.cli import run_http_server
+    from api.serving import run_http_server
     from api.settings import Settings
 
     # SIGTERM ends the stack like Ctrl-C: uvicorn shuts down cleanly and re-raises the signal it caught,

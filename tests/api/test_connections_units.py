@@ -17,8 +17,9 @@ from api.jose import IssuerMetadata, JwtRejected
 from api.logs import RedactQueryStrings
 from api.oauth.client import ClientCredentials, OAuthClient
 from api.oauth.login import LoginFailed, OidcLogin
-from api.oauth.providers import ProviderConfig, ProviderConfigError, ProviderRegistry, load_providers, parse_providers
+from api.oauth.providers import ProviderRegistry
 from api.oauth.session import COOKIE_PURPOSE, LOGIN, SESSION, BrowserSession, CookieJar, LoginInProgress
+from api.provider_config import ProviderConfig, ProviderConfigError, load_providers, parse_providers
 from api.settings import Settings, SettingsError
 from store.crypto import DecryptError, TokenCipher
 from tests.support.jose import public_jwk, sign_jwt, signing_key, unsigned_jwt

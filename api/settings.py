@@ -126,7 +126,7 @@ class DatabaseSettings(BaseSettings):
         default=10,
         gt=0,
         le=1000,
-        description="Database connections per process, opened on demand and kept (see the README's connection budget).",
+        description="Database connections per process, opened on demand and kept (see docs/database.md).",
     )
     db_max_overflow: int = Field(
         default=0,

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
-from sqlalchemy import BigInteger, Integer, Row, String, Text, bindparam, func, insert, select, true, update
+from sqlalchemy import BigInteger, Integer, Row, String, Text, bindparam, cast, func, insert, select, true, update
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -209,13 +209,16 @@ _NEW_ORDER = (
     .returning(_order.c.id)
     .cte("new_order")
 )
-# The lines travel as four parallel arrays, so one prepared statement serves carts of any size.
+# The lines travel as four parallel arrays, so one prepared statement serves carts of any size. All four
+# are text[], the one array type whose codec asyncpg has built in: for any other it first introspects the
+# type, and its introspection turns `jit` off with a session-level set_config that outlives the transaction
+# (behind a transaction pooler, on a server connection other clients share). The numbers are cast in SQL.
 _PRICED = (
     func.unnest(
-        bindparam("p_skus", type_=ARRAY(String)),
+        bindparam("p_skus", type_=ARRAY(Text)),
         bindparam("p_names", type_=ARRAY(Text)),
-        bindparam("p_quantities", type_=ARRAY(Integer)),
-        bindparam("p_prices", type_=ARRAY(Integer)),
+        cast(bindparam("p_quantities", type_=ARRAY(Text)), ARRAY(Integer)),
+        cast(bindparam("p_prices", type_=ARRAY(Text)), ARRAY(Integer)),
     )
     .table_valued("sku", "name", "quantity", "unit_price_cents")
     .render_derived(name="priced")
@@ -401,8 +404,8 @@ class OrderRepository:
                 "p_currency": quote.currency,
                 "p_skus": [line.sku for line in lines],
                 "p_names": [line.name for line in lines],
-                "p_quantities": [line.quantity for line in lines],
-                "p_prices": [line.unit_price_cents for line in lines],
+                "p_quantities": [str(line.quantity) for line in lines],
+                "p_prices": [str(line.unit_price_cents) for line in lines],
             },
         )
         if placed.scalar_one_or_none() is None:

@@ -8,6 +8,7 @@ import httpx2
 from litestar.handlers import HTTPRouteHandler
 
 from api.jose import IssuerMetadata, JwksCache
+from api.oauth.browser_sessions import BrowserSessions
 from api.oauth.client import ClientCredentials, OAuthClient
 from api.oauth.login import OidcLogin
 from api.oauth.providers import ProviderRegistry
@@ -75,4 +76,5 @@ def build_browser_routes(
         session_seconds=settings.browser_session_seconds,
         login_seconds=LOGIN_COOKIE_SECONDS,
     )
-    return [*browser_routes(connections, login, jar), *signout_routes(jar, login, settings.public_url)]
+    sessions = BrowserSessions(jar, connections.database)
+    return [*browser_routes(connections, login, sessions), *signout_routes(sessions, login, settings.public_url)]

@@ -7,6 +7,7 @@ registers every table on ``Base.metadata``.
 """
 
 from store.models.base import Base, table_of
+from store.models.browser import BrowserSession
 from store.models.carts import Cart, CartItem, Product
 from store.models.connections import AuditEvent, OAuthFlow, ProviderConnection
 from store.models.orders import Order, OrderLine
@@ -14,6 +15,7 @@ from store.models.orders import Order, OrderLine
 __all__ = [
     "AuditEvent",
     "Base",
+    "BrowserSession",
     "Cart",
     "CartItem",
     "OAuthFlow",

@@ -772,7 +772,8 @@ function cors(ctx) {
 const routes = provider.pathFor.bind(provider);
 const TOKEN_PATH = routes('token');
 const REVOCATION_PATH = routes('revocation');
-const REGISTRATION_PATH = routes('registration');
+// Without registration there is no such route; '/reg' is where it would be (and is a 404 then).
+const REGISTRATION_PATH = REGISTRATION ? routes('registration') : '/reg';
 const AUTHORIZATION_PATH = routes('authorization');
 const USERINFO_PATH = routes('userinfo');
 const INTROSPECTION_PATH = routes('introspection');

@@ -20,6 +20,7 @@ from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx2
 import pytest
@@ -38,11 +39,12 @@ from tests.support.inprocess import InProcessApp, settings_from, started_app
 from tests.support.mcp_client import call_ok
 from tests.support.oauth import REDIRECT_URI, FormFillingUser, MemoryTokenStorage, Pkce, sign_in, token_request
 from tests.support.waiting import eventually, free_port
+from tests.support.wire import modern_request
 
 PREREGISTERED_CLIENT_ID = "claude-code-preregistered"
 INTROSPECTION_CLIENT_ID = "coatcheck-introspection"
-# The sector of a client whose redirect URIs are on localhost (OIDC Core §8.1): what pairwise subjects hash.
-LOOPBACK_SECTOR = "localhost"
+# A client's sector (OIDC Core §8.1) is the host of its first redirect URI; oidc-provider takes it with the port.
+LOOPBACK_SECTOR = urlsplit(REDIRECT_URI).netloc
 
 
 def _user() -> str:
@@ -57,7 +59,7 @@ def _preregistered_client() -> dict[str, object]:
         "token_endpoint_auth_method": "none",
         "redirect_uris": [REDIRECT_URI],
         "grant_types": ["authorization_code", "refresh_token"],
-        "scope": "openid",
+        "scope": "openid offline_access",  # the SDK client asks for offline_access (refresh tokens)
     }
 
 
@@ -173,16 +175,9 @@ async def owner_of(database: Database, cart_id: str, *candidates: Principal) -> 
 
 async def post_tools_list(app: InProcessApp, token: str) -> httpx2.Response:
     """One raw ``tools/list`` with ``token``, to read the status and challenge the SDK client would see."""
+    headers, body = modern_request("tools/list")
     async with app.http(timeout=30.0) as http:
-        return await http.post(
-            "/mcp",
-            json={"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}},
-            headers={
-                "Authorization": f"Bearer {token}",
-                "Accept": "application/json, text/event-stream",
-                "MCP-Protocol-Version": "2026-07-28",
-            },
-        )
+        return await http.post("/mcp", json=body, headers={**headers, "Authorization": f"Bearer {token}"})
 
 
 # --- discovery URLs -------------------------------------------------------------------------------------

@@ -146,7 +146,10 @@ class FormFillingUser:
             for _ in range(5):
                 if response.status_code not in (302, 303):
                     break
-                response = await browser.get(urljoin(authorization_url, response.headers["location"]))
+                location = urljoin(authorization_url, response.headers["location"])
+                # An IdP that refuses the request sends the browser straight back with an error.
+                assert not location.startswith(REDIRECT_URI), f"the IdP refused the authorization request: {location}"
+                response = await browser.get(location)
             form = LOGIN_FORM.search(response.text)
             assert form is not None, response.text
             response = await browser.post(urljoin(str(response.url), form["action"]), data={"username": self.username})

@@ -57,7 +57,7 @@ def protected_resource_metadata(settings: Settings) -> dict[str, object]:
         "resource": settings.mcp_resource_url,
         "authorization_servers": [settings.oidc_issuer],
         "bearer_methods_supported": ["header"],
-        "scopes_supported": ["openid"],
+        "scopes_supported": list(settings.mcp_scopes),
         "resource_name": "Coatcheck",
     }
 

@@ -240,6 +240,11 @@ class Settings(RetentionSettings, VaultKeySettings):
         "compared exactly (e.g. Entra v2's API client ID). Every resource that shares one accepts the same "
         "tokens (docs/identity.md).",
     )
+    mcp_scopes: Annotated[list[str], NoDecode] = Field(
+        default_factory=lambda: ["openid"],
+        description="Comma-separated scopes the protected-resource metadata names (scopes_supported): what MCP "
+        "clients ask the identity provider for. Entra and Okta need their API scope here (docs/identity.md).",
+    )
     oidc_introspection_client_id: str | None = Field(
         default=None,
         description="Turns on RFC 7662 introspection for opaque (non-JWT) access tokens: Coatcheck's client at "
@@ -405,6 +410,7 @@ class Settings(RetentionSettings, VaultKeySettings):
         "cors_allowed_origins",
         "forwarded_allow_ips",
         "oidc_extra_audiences",
+        "mcp_scopes",
         mode="before",
     )
     @classmethod
@@ -482,6 +488,17 @@ class Settings(RetentionSettings, VaultKeySettings):
         for position, audience in enumerate(value, start=1):
             if any(char.isspace() for char in audience):
                 raise ValueError(f"OIDC_EXTRA_AUDIENCES: entry #{position} contains whitespace")
+        return value
+
+    @field_validator("mcp_scopes")
+    @classmethod
+    def _mcp_scopes(cls, value: list[str]) -> list[str]:
+        # RFC 6749 §3.3 scope tokens: printable ASCII without space, double quote or backslash.
+        for position, scope in enumerate(value, start=1):
+            if not all(0x21 <= ord(char) <= 0x7E and char not in '"\\' for char in scope):
+                raise ValueError(f"MCP_SCOPES: entry #{position} is not a valid scope token")
+        if not value:
+            raise ValueError("MCP_SCOPES is empty: name at least one scope (e.g. openid)")
         return value
 
     @field_validator("oidc_introspection_url")

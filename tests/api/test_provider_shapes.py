@@ -496,10 +496,14 @@ async def test_an_extra_audience_admits_tokens_for_the_api_client_id_and_nothing
         for_other = await idp.token(_user(), resource=idp.resources[0], audience=str(uuid.uuid4()))
         async with s.app() as app:
             without_setting = await post_tools_list(app, for_api)
-        async with s.app(OIDC_EXTRA_AUDIENCES=f"{api_client_id}, api://coatcheck") as app:
+        entra_like = {"OIDC_EXTRA_AUDIENCES": f"{api_client_id}, api://coatcheck", "MCP_SCOPES": "api://coatcheck/mcp"}
+        async with s.app(**entra_like) as app, app.http() as http:
             with_setting = await post_tools_list(app, for_api)
             other = await post_tools_list(app, for_other)
+            metadata = (await http.get("/.well-known/oauth-protected-resource/mcp")).json()
 
+    # Entra v2 issues a token for the API only when the client asks for the API's scope: the metadata says which.
+    assert metadata["scopes_supported"] == ["api://coatcheck/mcp"]
     assert without_setting.status_code == 401
     assert with_setting.status_code == 200, with_setting.text
     assert other.status_code == 401

@@ -48,10 +48,15 @@ class Audiences:
     def accepts(self, aud: object) -> bool:
         """Whether the ``aud`` claim (a string or a list of them) names this server."""
         values = aud if isinstance(aud, list) else [aud]
-        return any(
-            isinstance(value, str) and (value in self._extra or canonical_resource(value) == self.resource)
-            for value in values
-        )
+        return any(isinstance(value, str) and self._names_us(value) for value in values)
+
+    def _names_us(self, value: str) -> bool:
+        if value in self._extra:
+            return True
+        try:
+            return canonical_resource(value) == self.resource
+        except ValueError:  # not a URL at all (urlsplit refuses e.g. "http://["): not ours
+            return False
 
 
 class JwtVerifier:

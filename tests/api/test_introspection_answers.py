@@ -128,6 +128,7 @@ async def test_an_answer_without_iss_is_taken_as_the_configured_issuers_own() ->
         ("another issuer", _active(iss="https://tenant.example.com")),
         ("no audience", _active(aud=None)),
         ("another audience", _active(aud="https://other.example.com/mcp")),
+        ("an audience that is no URL", _active(aud=["http://[", 7])),
         ("expired", _active(exp=int(time.time()) - 5)),
         ("no exp", _active(exp=None)),
         ("not yet valid", _active(nbf=int(time.time()) + 120)),

@@ -20,12 +20,14 @@ from mcp.server.mcpserver import MCPServer
 from opentelemetry.trace import TracerProvider
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from api.auth import JwtVerifier
+from api.auth import Audiences, BearerVerifier, JwtVerifier
 from api.commands.purge import RetentionPolicy, purge_periodically
 from api.database import database_from
 from api.draining import Drain
+from api.introspection import TokenIntrospection
 from api.jose import IssuerMetadata, JwksCache
 from api.logs import install_access_log_redaction, principal_digest_key
+from api.mcp.auth_errors import answer_verifier_outages
 from api.mcp.endpoint import McpEndpoint, transport_security
 from api.mcp.observer import ToolCallObserver
 from api.mcp.server import build_mcp_server
@@ -55,9 +57,26 @@ def protected_resource_metadata(settings: Settings) -> dict[str, object]:
         "resource": settings.mcp_resource_url,
         "authorization_servers": [settings.oidc_issuer],
         "bearer_methods_supported": ["header"],
-        "scopes_supported": ["openid"],
+        "scopes_supported": list(settings.mcp_scopes),
         "resource_name": "Coatcheck",
     }
+
+
+def _introspection(settings: Settings, issuer: IssuerMetadata, http: httpx2.AsyncClient) -> TokenIntrospection | None:
+    """RFC 7662 introspection of opaque access tokens, when ``OIDC_INTROSPECTION_CLIENT_ID`` turns it on."""
+    if settings.oidc_introspection_client_id is None or settings.oidc_introspection_client_secret is None:
+        return None
+    return TokenIntrospection(
+        issuer=issuer,
+        http=http,
+        client_id=settings.oidc_introspection_client_id,
+        client_secret=settings.oidc_introspection_client_secret.get_secret_value(),
+        audiences=Audiences(settings.mcp_resource_url, tuple(settings.oidc_extra_audiences)),
+        leeway=settings.jwt_leeway_seconds,
+        cache_seconds=settings.oidc_introspection_cache_seconds,
+        timeout=settings.oidc_introspection_timeout_seconds,
+        endpoint=settings.oidc_introspection_url,
+    )
 
 
 def create_app(
@@ -81,8 +100,15 @@ def create_app(
     http = httpx2.AsyncClient(timeout=httpx2.Timeout(10.0), follow_redirects=False)
     issuer = IssuerMetadata(settings.oidc_issuer, http, internal_url=settings.oidc_issuer_internal_url)
     jwks = JwksCache(issuer, http, ttl=settings.jwks_cache_seconds)
-    verifier = JwtVerifier(
-        issuer=settings.oidc_issuer, resource=settings.mcp_resource_url, jwks=jwks, leeway=settings.jwt_leeway_seconds
+    verifier = BearerVerifier(
+        JwtVerifier(
+            issuer=settings.oidc_issuer,
+            resource=settings.mcp_resource_url,
+            jwks=jwks,
+            leeway=settings.jwt_leeway_seconds,
+            extra_audiences=tuple(settings.oidc_extra_audiences),
+        ),
+        _introspection(settings, issuer, http),
     )
     # Connections: the token vault's cipher, the provider registry, and the /connect + /oauth browser routes.
     connections = build_connections(
@@ -101,6 +127,7 @@ def create_app(
         transport_security=transport_security(settings),
         max_request_body_size=settings.max_request_body_bytes,
     )
+    answer_verifier_outages(mcp_asgi)  # an IdP that cannot answer about a token: 503, not 401 or 500
     endpoint = McpEndpoint(
         mcp_asgi,  # type: ignore[arg-type]  # a Starlette app is an ASGI app
         body_limit=settings.max_request_body_bytes,

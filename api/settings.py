@@ -234,6 +234,39 @@ class Settings(RetentionSettings, VaultKeySettings):
     )
     oidc_client_secret: SecretStr = Field(description="The secret of OIDC_CLIENT_ID.")
 
+    oidc_extra_audiences: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="Comma-separated further `aud` values an access token may carry instead of <PUBLIC_URL>/mcp, "
+        "compared exactly (e.g. Entra v2's API client ID). Every resource that shares one accepts the same "
+        "tokens (docs/identity.md).",
+    )
+    mcp_scopes: Annotated[list[str], NoDecode] = Field(
+        default_factory=lambda: ["openid"],
+        description="Comma-separated scopes the protected-resource metadata names (scopes_supported): what MCP "
+        "clients ask the identity provider for. Entra and Okta need their API scope here (docs/identity.md).",
+    )
+    oidc_introspection_client_id: str | None = Field(
+        default=None,
+        description="Turns on RFC 7662 introspection for opaque (non-JWT) access tokens: Coatcheck's client at "
+        "OIDC_ISSUER that may call its introspection endpoint (HTTP Basic). Needs OIDC_INTROSPECTION_CLIENT_SECRET.",
+    )
+    oidc_introspection_client_secret: SecretStr | None = Field(
+        default=None, description="The secret of OIDC_INTROSPECTION_CLIENT_ID (no default)."
+    )
+    oidc_introspection_url: str | None = Field(
+        default=None,
+        description="The introspection endpoint; default: the introspection_endpoint of OIDC_ISSUER's metadata.",
+    )
+    oidc_introspection_cache_seconds: int = Field(
+        default=60,
+        ge=0,
+        le=3600,
+        description="How long an introspection answer is reused (never past the token's exp); 0: ask every time. "
+        "A token revoked at the IdP keeps working here for up to this long.",
+    )
+    oidc_introspection_timeout_seconds: float = Field(
+        default=5.0, gt=0, le=30, description="How long a request waits for the introspection endpoint (then 503)."
+    )
     oidc_issuer_internal_url: str | None = Field(
         default=None,
         description="Fetch the issuer's metadata and keys through this base URL instead of OIDC_ISSUER "
@@ -371,7 +404,15 @@ class Settings(RetentionSettings, VaultKeySettings):
         "empty: forwarded headers are ignored and logs show the peer's address.",
     )
 
-    @field_validator("allowed_hosts", "allowed_origins", "cors_allowed_origins", "forwarded_allow_ips", mode="before")
+    @field_validator(
+        "allowed_hosts",
+        "allowed_origins",
+        "cors_allowed_origins",
+        "forwarded_allow_ips",
+        "oidc_extra_audiences",
+        "mcp_scopes",
+        mode="before",
+    )
     @classmethod
     def _csv(cls, value: object) -> object:
         return _split_csv(value)
@@ -434,9 +475,73 @@ class Settings(RetentionSettings, VaultKeySettings):
     @field_validator("oidc_issuer")
     @classmethod
     def _issuer(cls, value: str) -> str:
-        # Issuers compare as exact strings (RFC 8414); keep what the operator wrote minus a trailing slash.
+        # Issuers compare as exact strings (RFC 8414 §3.3, OIDC Discovery §4.3): keep exactly what the operator
+        # wrote, a trailing slash included (Auth0's issuer has one, Keycloak's and Entra's do not).
         _normalise_base_url("OIDC_ISSUER", value)
-        return value.rstrip("/")
+        if value != value.strip() or value.endswith("//"):
+            raise ValueError("OIDC_ISSUER must be written exactly as the identity provider's `iss`, without spaces")
+        return value
+
+    @field_validator("oidc_extra_audiences")
+    @classmethod
+    def _extra_audiences(cls, value: list[str]) -> list[str]:
+        for position, audience in enumerate(value, start=1):
+            if any(char.isspace() for char in audience):
+                raise ValueError(f"OIDC_EXTRA_AUDIENCES: entry #{position} contains whitespace")
+        return value
+
+    @field_validator("mcp_scopes")
+    @classmethod
+    def _mcp_scopes(cls, value: list[str]) -> list[str]:
+        # RFC 6749 §3.3 scope tokens: printable ASCII without space, double quote or backslash.
+        for position, scope in enumerate(value, start=1):
+            if not all(0x21 <= ord(char) <= 0x7E and char not in '"\\' for char in scope):
+                raise ValueError(f"MCP_SCOPES: entry #{position} is not a valid scope token")
+        if not value:
+            raise ValueError("MCP_SCOPES is empty: name at least one scope (e.g. openid)")
+        return value
+
+    @field_validator("oidc_introspection_url")
+    @classmethod
+    def _introspection_url(cls, value: str | None) -> str | None:
+        if not value:
+            return None
+        parts = urlsplit(value)
+        if parts.scheme not in {"http", "https"} or not parts.hostname or parts.fragment:
+            raise ValueError("OIDC_INTROSPECTION_URL must be an absolute http(s) URL without a fragment")
+        return value
+
+    @field_validator("oidc_introspection_client_id")
+    @classmethod
+    def _introspection_client_id(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        return value.strip() or None
+
+    @field_validator("oidc_introspection_client_secret")
+    @classmethod
+    def _introspection_secret(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is None:
+            return None
+        if not value.get_secret_value().strip():
+            raise ValueError("OIDC_INTROSPECTION_CLIENT_SECRET is empty")
+        # Issued by the identity provider, like OIDC_CLIENT_SECRET: no length rule, only how guessable it is.
+        check_secret_strength("OIDC_INTROSPECTION_CLIENT_SECRET", value.get_secret_value().strip())
+        return value
+
+    @model_validator(mode="after")
+    def _introspection_complete(self) -> Self:
+        client_id, secret = self.oidc_introspection_client_id, self.oidc_introspection_client_secret
+        if client_id is not None and secret is None:
+            raise ValueError("OIDC_INTROSPECTION_CLIENT_ID is set but OIDC_INTROSPECTION_CLIENT_SECRET is not")
+        if client_id is None and secret is not None:
+            raise ValueError("OIDC_INTROSPECTION_CLIENT_SECRET is set but OIDC_INTROSPECTION_CLIENT_ID is not")
+        if client_id is None and self.oidc_introspection_url is not None:
+            raise ValueError(
+                "OIDC_INTROSPECTION_URL is set but OIDC_INTROSPECTION_CLIENT_ID and "
+                "OIDC_INTROSPECTION_CLIENT_SECRET are not: introspection needs client credentials"
+            )
+        return self
 
     @field_validator("oidc_issuer_internal_url")
     @classmethod
@@ -496,6 +601,11 @@ class Settings(RetentionSettings, VaultKeySettings):
     def state_key_ring(self) -> list[bytes]:
         """The request-state key ring, newest first."""
         return _ring(self.request_state_keys)
+
+    @property
+    def introspection_enabled(self) -> bool:
+        """Whether opaque access tokens are checked by RFC 7662 introspection."""
+        return self.oidc_introspection_client_id is not None
 
     @property
     def mcp_resource_url(self) -> str:

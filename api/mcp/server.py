@@ -3,10 +3,10 @@
 from datetime import timedelta
 from typing import Literal, cast
 
+from mcp.server.auth.provider import TokenVerifier
 from mcp.server.auth.settings import AuthSettings
 from mcp.server.mcpserver import MCPServer, RequestStateSecurity
 
-from api.auth import JwtVerifier
 from api.mcp import sdk_hooks
 from api.mcp.capabilities import AdvertisedCapabilities
 from api.mcp.cursors import CursorSigner
@@ -31,7 +31,7 @@ LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]
 
 
 def build_mcp_server(
-    settings: Settings, database: Database, verifier: JwtVerifier, connections: Connections
+    settings: Settings, database: Database, verifier: TokenVerifier, connections: Connections
 ) -> MCPServer[ToolDeps]:
     """The production MCP server: every tool, auth required, requestState sealed under the shared ring.
 

@@ -3,10 +3,10 @@
 Authorization code + PKCE as the confidential client ``OIDC_CLIENT_ID``. The ID token is verified in full
 by authlib's OIDC validation (:func:`api.jose.verify_id_token`, shared with the providers' ID tokens):
 signature against the issuer's JWKS (the same cache the MCP token verifier uses), ``iss`` equal to
-``OIDC_ISSUER``, ``aud`` containing ``OIDC_CLIENT_ID`` (and ``azp`` equal to it when there are several
-audiences), ``exp``/``iat``, ``at_hash`` when present, and ``nonce`` equal to the one this browser was sent
-with. The result is the (issuer, subject) pair, which is exactly how an MCP principal is named, so /connect
-can compare them.
+``OIDC_ISSUER`` exactly as configured (a trailing slash is part of it, as in the MCP tokens), ``aud``
+containing ``OIDC_CLIENT_ID`` (and ``azp`` equal to it when there are several audiences), ``exp``/``iat``,
+``at_hash`` when present, and ``nonce`` equal to the one this browser was sent with. The result is the
+(issuer, subject) pair, which is exactly how an MCP principal is named, so /connect can compare them.
 
 The authorization endpoint is the public one from the issuer's metadata (the browser goes there); the
 token endpoint is reached through ``OIDC_ISSUER_INTERNAL_URL`` when set, like the JWKS.

@@ -74,7 +74,10 @@ class ProviderRegistry:
             return cached
         metadata: dict[str, Any] = {}
         explicit = (provider.authorization_endpoint, provider.token_endpoint, provider.userinfo_endpoint)
-        issuer = IssuerMetadata(provider.issuer, self.http) if provider.issuer is not None else None
+        # Provider configuration drops a trailing slash (and accepts either in `iss`), so its metadata may too.
+        issuer = (
+            IssuerMetadata(provider.issuer, self.http, slash_insensitive=True) if provider.issuer is not None else None
+        )
         if issuer is not None and any(value is None for value in explicit):
             try:
                 metadata = await issuer.document()

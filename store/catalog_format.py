@@ -340,8 +340,11 @@ def _parse_jsonl(text: str) -> list[CatalogEntry]:
             continue  # a blank line, or the end of the last one
         try:
             value = json.loads(line, object_pairs_hook=_no_duplicate_keys)
-        except ValueError as exc:
-            reader.problems.add(number, None, f"is not a JSON object ({exc})")
+        except json.JSONDecodeError as exc:
+            reader.problems.add(number, None, f"is not a JSON object ({exc.msg} at column {exc.colno})")
+            continue
+        except ValueError as exc:  # a key given twice (_no_duplicate_keys)
+            reader.problems.add(number, None, f"is not a usable JSON object ({exc})")
             continue
         if not isinstance(value, dict):
             reader.problems.add(number, None, "is not a JSON object")

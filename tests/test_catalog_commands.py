@@ -2,10 +2,7 @@
 tools then make of the catalog: a 100 000-product CSV loaded, searched, partly retired, and a cart holding a
 retired product walked through view, removal and checkout."""
 
-import os
 import subprocess
-import sys
-import tempfile
 import time
 import uuid
 from collections.abc import Iterator
@@ -16,6 +13,7 @@ import pytest
 from mcp import Client
 
 from tests.support import figures
+from tests.support.catalog_cli import coatcheck
 from tests.support.devidp import DevIdP
 from tests.support.inprocess import settings_from, started_app
 from tests.support.mcp_client import call_ok, text_of
@@ -24,20 +22,6 @@ from tests.support.scratch import scratch_database
 
 PRODUCTS = 100_000
 HEADER = "sku,name,unit_price_cents,currency,active\n"
-
-
-def coatcheck(*argv: str, database_url: str, stdin: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
-    """``coatcheck argv…`` in a process that sees only ``DATABASE_URL`` of the settings."""
-    base = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "TOKEN_ENCRYPTION_KEYS"}}
-    return subprocess.run(
-        [sys.executable, "-m", "api.cli", *argv],
-        env={**base, "DATABASE_URL": database_url},
-        cwd=tempfile.gettempdir(),  # no .env file there
-        input=stdin,
-        capture_output=True,
-        timeout=120,
-        check=False,
-    )
 
 
 def _ok(result: subprocess.CompletedProcess[bytes]) -> str:
@@ -134,8 +118,9 @@ async def test_a_100000_product_csv_is_imported_searched_partly_retired_and_a_ca
 
 
 def _line(cart: dict[str, Any], sku: str) -> dict[str, Any]:
-    (line,) = [line for line in cart["items"] if line["sku"] == sku]
-    return line
+    lines: list[dict[str, Any]] = [line for line in cart["items"] if line["sku"] == sku]
+    assert len(lines) == 1, cart
+    return lines[0]
 
 
 def _name_in(lines: list[str], sku: str) -> str:

@@ -2,6 +2,7 @@
 tools then make of the catalog: a 100 000-product CSV loaded, searched, partly retired, and a cart holding a
 retired product walked through view, removal and checkout."""
 
+import asyncio
 import subprocess
 import time
 import uuid
@@ -9,11 +10,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import asyncpg  # type: ignore[import-untyped]
 import pytest
 from mcp import Client
 
 from tests.support import figures
 from tests.support.catalog_cli import coatcheck
+from tests.support.databases import asyncpg_dsn
 from tests.support.devidp import DevIdP
 from tests.support.inprocess import settings_from, started_app
 from tests.support.mcp_client import call_ok, text_of
@@ -190,3 +193,23 @@ def test_json_lines_from_standard_input_round_trip_byte_for_byte_with_retired_pr
     assert loaded == "added 2, changed 0, unchanged 0, retired 0\n"
     assert jsonl.stdout == document
     assert csv == HEADER + "SCARF-1,Silk scarf ☂,4500,EUR,true\n" + 'hat-1,"Hat ""Bowler""",0,GBP,false\n'
+
+
+async def test_an_import_that_cannot_lock_the_catalog_in_time_exits_1_and_writes_nothing(
+    fresh_database: str, tmp_path: Path
+) -> None:
+    catalog = tmp_path / "one.csv"
+    catalog.write_text(HEADER + "lock-1,Waiting product,100,USD,true\n")
+    blocker = await asyncpg.connect(asyncpg_dsn(fresh_database))
+    try:
+        async with blocker.transaction():
+            await blocker.execute("LOCK TABLE product IN SHARE ROW EXCLUSIVE MODE")  # another import, say
+            waited = await asyncio.to_thread(coatcheck, "catalog", "import", str(catalog), database_url=fresh_database)
+    finally:
+        await blocker.close()
+    assert waited.returncode == 1
+    assert waited.stderr.decode().strip() == (
+        "coatcheck: catalog import failed: the database did not answer in time (lock_timeout); nothing was "
+        "changed, retry in a moment"
+    )
+    assert "lock-1" not in _ok(coatcheck("catalog", "export", database_url=fresh_database))

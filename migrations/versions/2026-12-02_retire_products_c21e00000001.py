@@ -14,8 +14,10 @@ instead of queueing every request behind it.
 ``ix_product_sku_ci_prefix`` serves the sku-prefix group of ``catalog_search`` case-insensitively: a range
 of ``lower(sku)`` in byte order (``COLLATE "C"``), ``sku`` in byte order breaking ties, active products
 only. It is built ``CONCURRENTLY`` (outside the migration's transaction: no lock that blocks writers), after
-dropping an invalid leftover of an interrupted earlier build. ``ix_product_sku_prefix`` stays for replicas
-still running the previous release; a later contract migration drops it (docs/deployment.md).
+dropping an invalid leftover of an interrupted earlier build (the column is added only if a stopped
+earlier run has not added it already, so the migration can simply be run again). ``ix_product_sku_prefix``
+stays for replicas still running the previous release; a later contract migration drops it
+(docs/deployment.md).
 
 Downgrading drops the index (concurrently) and the column: retired products become active again.
 """
@@ -36,7 +38,13 @@ LOCK_TIMEOUT = "5s"
 
 def upgrade() -> None:
     op.execute(f"SET LOCAL lock_timeout = '{LOCK_TIMEOUT}'")
-    op.add_column("product", sa.Column("active", sa.Boolean(), server_default=sa.text("true"), nullable=False))
+    # IF NOT EXISTS: a run stopped during the index build below has committed the column already (but not the
+    # revision), so running the migration again must pass over it.
+    op.add_column(
+        "product",
+        sa.Column("active", sa.Boolean(), server_default=sa.text("true"), nullable=False),
+        if_not_exists=True,
+    )
     with op.get_context().autocommit_block():
         op.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {CI_PREFIX_INDEX}")
         op.create_index(
@@ -53,4 +61,4 @@ def downgrade() -> None:
     with op.get_context().autocommit_block():
         op.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {CI_PREFIX_INDEX}")
     op.execute(f"SET LOCAL lock_timeout = '{LOCK_TIMEOUT}'")
-    op.drop_column("product", "active")
+    op.drop_column("product", "active", if_exists=True)

@@ -17,7 +17,7 @@ from store.catalog import search_products
 from store.catalog_format import CatalogEntry
 from store.catalog_transfer import ImportSummary, import_catalog
 from store.db import Database
-from store.errors import InvalidInput
+from store.errors import InvalidInput, Unavailable
 from store.orders import CheckoutQuote, OrderReceipt, OrderRepository
 from store.principal import Principal
 from tests.support.scratch import scratch_database
@@ -271,3 +271,27 @@ async def test_a_quote_of_a_cart_whose_products_are_all_on_sale_is_unchanged(
     async with database.one_statement() as conn:
         quote = await OrderRepository(conn).quote(owner, handle)
     assert quote == CheckoutQuote(handle, 2, 1, 2, 3600, "USD")
+
+
+async def _write_catalog_briefly(database: Database) -> None:
+    async with database.transaction() as writer:
+        await writer.execute(text("SET LOCAL lock_timeout = '200ms'"))
+        await writer.execute(text("UPDATE product SET name = name WHERE sku = 'brush-lint'"))
+
+
+async def test_cart_writes_and_searches_go_on_while_an_import_holds_the_catalog_lock(
+    database: Database, new_principal: Callable[[], Principal]
+) -> None:
+    owner = new_principal()
+    handle = await _cart(database, owner, {})
+    async with database.transaction() as importing:
+        # What an import holds until it commits: the table lock and the row locks of the rows it merged.
+        await importing.execute(text("LOCK TABLE product IN SHARE ROW EXCLUSIVE MODE"))
+        await importing.execute(text("UPDATE product SET name = name WHERE sku = 'hat-beanie'"))
+        async with database.autocommit() as conn:  # another pooled connection; a wait would hit lock_timeout
+            cart = await CartRepository(conn).set_item(owner, handle, "hat-beanie", 1)
+            found = [p.sku for p in (await search_products(conn, "beanie", 5)).products]
+        with pytest.raises(Unavailable, match="lock_timeout"):  # the control: another catalog writer does wait
+            await _write_catalog_briefly(database)
+    assert [(i.sku, i.available) for i in cart.items] == [("hat-beanie", True)]
+    assert found == ["hat-beanie"]

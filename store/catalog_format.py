@@ -218,9 +218,10 @@ def _currency_problem(value: str) -> str | None:
 
 
 def _active_from_text(value: str) -> bool | str:
-    if value in {"true", ""}:
+    spelled = value.lower()  # spreadsheets write TRUE and FALSE
+    if spelled in {"true", ""}:
         return True
-    if value == "false":
+    if spelled == "false":
         return False
     return f"{value!r} is neither true nor false (an empty cell means true)"
 

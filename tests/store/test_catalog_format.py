@@ -63,6 +63,8 @@ def test_active_is_optional_columns_may_come_in_any_order_and_crlf_and_a_byte_or
         CatalogEntry("pin-1", "Pin", 5, "EUR"),
     ]
     assert parse_catalog(_jsonl(_product()), "jsonl") == [CatalogEntry("hat-1", "Hat", 100, "USD")]
+    spreadsheet = _csv("hat-1,Hat,100,USD,TRUE", "hat-2,Hat,100,USD,FALSE", "hat-3,Hat,100,USD,")
+    assert [entry.active for entry in parse_catalog(spreadsheet, "csv")] == [True, False, True]
 
 
 def test_duplicate_skus_name_both_lines() -> None:

@@ -5,6 +5,7 @@ line was refused (nothing was written; every problem is printed with its line an
 """
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -85,11 +86,15 @@ def _export(args: argparse.Namespace) -> None:
     out = sys.stdout.buffer
     try:
         run_with_database(settings, lambda database: export_catalog(database, fmt, out))
+        out.flush()
+    except BrokenPipeError:
+        # The reader went away (`| head`): stop quietly, as Unix tools do; no flush at exit may fail again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        raise SystemExit(FAILED) from None
     except Unavailable as exc:
         raise _fail(f"catalog export failed: {exc}", FAILED) from None
     except (SQLAlchemyError, OSError) as exc:
         raise _fail(f"catalog export failed: {type(exc).__name__}", FAILED) from None
-    out.flush()
 
 
 def register(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:

@@ -204,7 +204,7 @@ async def test_an_upper_case_sku_is_a_prefix_match_for_a_lower_case_query_and_so
 ) -> None:
     word = uuid.uuid4().hex[:8]
     upper, lower, mixed = f"PFX{word}-B", f"pfx{word}-a", f"Pfx{word}-C"
-    named = f"other-{word}"
+    named = f"AAA-{word}"  # sorts before them all by sku: only the prefix group puts it last
     await _load(
         database,
         CatalogEntry(upper, "Upper", 100, "USD"),

@@ -1,9 +1,10 @@
-"""The ``coatcheck`` command: serve, migrate, seed-demo, keys rotate, purge, audit, connections revoke, dev."""
+"""The ``coatcheck`` command: serve, migrate, seed-demo, catalog, keys rotate, purge, audit, connections revoke, dev."""
 
 import argparse
 import logging
 import sys
 
+from api.commands import catalog as catalog_command
 from api.commands import purge as purge_command
 from api.commands.runner import load_settings, run_with_database
 from api.serving import configure_logging, run_http_server
@@ -121,6 +122,7 @@ def main(argv: list[str] | None = None) -> None:
     migrate.add_argument("--check", action="store_true", help="change nothing; exit 1 unless the schema is at head")
     migrate.set_defaults(run=_migrate)
     commands.add_parser("seed-demo", help="load the demo catalog (idempotent)").set_defaults(run=_seed_demo)
+    catalog_command.register(commands)
     keys = commands.add_parser("keys", help="manage the token encryption keys").add_subparsers(
         dest="keys_command", required=True
     )

@@ -5,7 +5,7 @@ import asyncio
 from collections.abc import Callable
 from datetime import timedelta
 
-import asyncpg
+import asyncpg  # type: ignore[import-untyped]
 from sqlalchemy import select
 from sqlalchemy.engine import make_url
 

@@ -1,0 +1,201 @@
+"""Build authorization-server mode from the settings (called by ``create_app`` when ``AUTH_MODE`` asks for it).
+
+The SDK's ``create_auth_routes`` gives the OAuth endpoints as Starlette routes (``/authorize``, ``/token``,
+``/register``, ``/revoke``); they are served under one Litestar ASGI handler, the way ``/mcp`` serves the
+SDK's MCP app. Two things are served by Coatcheck itself: the RFC 8414 metadata (the SDK's lacks
+``jwks_uri``, the ``none`` client authentication that public clients use, and RFC 9207's
+``authorization_response_iss_parameter_supported``) and the JWKS.
+"""
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any, cast
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+from litestar import Request, Response, route
+from litestar.handlers import BaseRouteHandler, asgi
+from litestar.types import Message, Receive, Scope, Send
+from mcp.server.auth.routes import build_metadata, create_auth_routes
+from mcp.server.auth.settings import ClientRegistrationOptions, RevocationOptions
+from pydantic import AnyHttpUrl
+from starlette.routing import Router
+
+from api.authserver.clients import DEFAULT_SCOPE, parse_static_clients
+from api.authserver.consent import consent_routes
+from api.authserver.keys import SigningKeys
+from api.authserver.provider import PostgresProvider
+from api.authserver.revocation import RevokedGrants
+from api.authserver.verifier import AuthorizationServerTokenVerifier
+from api.oauth.login import OidcLogin
+from api.oauth.session import CookieJar
+from api.settings import Settings
+from store.db import Database
+
+METADATA_PATH = "/.well-known/oauth-authorization-server"
+JWKS_PATH = "/.well-known/jwks.json"
+SCOPES = [DEFAULT_SCOPE]
+_CORS = {"Access-Control-Allow-Origin": "*"}
+_PREFLIGHT = {
+    **_CORS,
+    "Access-Control-Allow-Methods": "GET",
+    "Access-Control-Allow-Headers": "MCP-Protocol-Version",
+    "Access-Control-Max-Age": "600",
+}
+
+
+@dataclass
+class AuthorizationServer:
+    """What ``create_app`` wires in: the MCP token verifier, the routes, and the revocation listener."""
+
+    verifier: AuthorizationServerTokenVerifier
+    revoked: RevokedGrants
+    provider: PostgresProvider
+    route_handlers: list[BaseRouteHandler] = field(default_factory=list)
+
+
+def with_issuer_on_redirects(app: Callable[[Scope, Receive, Send], Awaitable[None]], issuer: str) -> Any:
+    """``app`` with RFC 9207 ``iss`` added to every redirect it sends to a client (its error responses).
+
+    The SDK's authorize handler redirects errors to the client's redirect URI itself; success and consent
+    answers are built by :mod:`api.authserver.consent`, which adds ``iss`` already.
+    """
+
+    async def wrapped(scope: Scope, receive: Receive, send: Send) -> None:
+        async def send_with_iss(message: Message) -> None:
+            if message["type"] == "http.response.start" and message["status"] in (302, 303):
+                headers = []
+                for name, value in message.get("headers", []):
+                    if name.lower() == b"location" and not value.decode().startswith(issuer + "/"):
+                        parts = urlsplit(value.decode())
+                        query = [*parse_qsl(parts.query, keep_blank_values=True), ("iss", issuer)]
+                        value = urlunsplit(parts._replace(query=urlencode(query))).encode()
+                    headers.append((name, value))
+                message = {**message, "headers": headers}
+            await send(message)
+
+        await app(scope, receive, send_with_iss)
+
+    return wrapped
+
+
+def with_optional_client_secret(app: Callable[[Scope, Receive, Send], Awaitable[None]]) -> Any:
+    """``app`` (the SDK's revocation handler) accepting a public client's request without ``client_secret``.
+
+    RFC 7009 lets a public client send just ``token`` and ``client_id``; the SDK's request model (mcp 2.3)
+    declares ``client_secret`` without a default, so such a request would be refused as malformed. An absent
+    ``client_secret`` is sent on as an empty one, which the SDK's client authentication reads as "none".
+    """
+
+    async def wrapped(scope: Scope, receive: Receive, send: Send) -> None:
+        chunks: list[bytes] = []
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                break
+            chunks.append(message.get("body", b""))
+            if not message.get("more_body", False):
+                break
+        body = b"".join(chunks)
+        if not any(key == "client_secret" for key, _ in parse_qsl(body.decode("latin-1"), keep_blank_values=True)):
+            body = body + (b"&" if body else b"") + b"client_secret="
+        delivered = False
+
+        async def replay() -> Any:
+            nonlocal delivered
+            if delivered:
+                return await receive()
+            delivered = True
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        await app(scope, cast(Receive, replay), send)
+
+    return wrapped
+
+
+def build_authorization_server(
+    settings: Settings, database: Database, *, login: OidcLogin, jar: CookieJar
+) -> AuthorizationServer:
+    """The provider, its routes, the consent pages and the MCP verifier for authorization-server mode."""
+    issuer = settings.public_url
+    keys = SigningKeys(settings.signing_key_ring)
+    access_lifetime = timedelta(seconds=settings.as_access_token_seconds)
+    revoked = RevokedGrants(
+        database,
+        settings.database_url,
+        window=access_lifetime + timedelta(seconds=settings.jwt_leeway_seconds + 60),
+        listen=settings.db_pooler_mode == "none",
+    )
+    verifier = AuthorizationServerTokenVerifier(
+        keys, issuer=issuer, resource=settings.mcp_resource_url, revoked=revoked, leeway=settings.jwt_leeway_seconds
+    )
+    provider = PostgresProvider(
+        database=database,
+        keys=keys,
+        verifier=verifier,
+        cipher_keys=settings.token_key_ring,
+        issuer=issuer,
+        resource=settings.mcp_resource_url,
+        static_clients=parse_static_clients(settings.as_clients) if settings.as_clients else (),
+        access_token_lifetime=access_lifetime,
+        refresh_token_lifetime=timedelta(days=settings.as_refresh_token_days),
+        registrations_per_minute=settings.as_registrations_per_minute,
+    )
+    registration = ClientRegistrationOptions(
+        enabled=settings.as_registrations_per_minute > 0, valid_scopes=SCOPES, default_scopes=SCOPES
+    )
+    revocation = RevocationOptions(enabled=True)
+    issuer_url = AnyHttpUrl(issuer)
+    sdk_routes = [
+        r
+        for r in create_auth_routes(provider, issuer_url, None, registration, revocation)
+        if getattr(r, "path", None) != METADATA_PATH
+    ]
+    # Starlette and Litestar spell the same ASGI types differently; both are plain ASGI callables.
+    router = cast(Any, Router(routes=sdk_routes))
+    authorize_with_iss = with_issuer_on_redirects(router, issuer)
+    revoke_without_secret = with_optional_client_secret(router)
+    paths = [str(getattr(r, "path", "")) for r in sdk_routes]
+
+    @asgi(paths, copy_scope=True)
+    async def oauth_endpoints(scope: Scope, receive: Receive, send: Send) -> None:
+        sdk_scope = dict(scope)
+        sdk_scope.update(root_path="")
+        app = {"/authorize": authorize_with_iss, "/revoke": revoke_without_secret}.get(scope["path"], router)
+        await app(sdk_scope, receive, send)
+
+    metadata = build_metadata(issuer_url, None, registration, revocation).model_dump(mode="json", exclude_none=True)
+    metadata.update(
+        issuer=issuer,  # exactly PUBLIC_URL: RFC 8414 issuers compare as strings (no added slash)
+        jwks_uri=f"{issuer}{JWKS_PATH}",
+        token_endpoint_auth_methods_supported=["none", "client_secret_basic", "client_secret_post"],
+        revocation_endpoint_auth_methods_supported=["none", "client_secret_basic", "client_secret_post"],
+        authorization_response_iss_parameter_supported=True,
+        scopes_supported=SCOPES,
+    )
+    for key in ("authorization_endpoint", "token_endpoint", "registration_endpoint", "revocation_endpoint"):
+        if key in metadata:
+            metadata[key] = f"{issuer}{urlsplit(str(metadata[key])).path}"
+    jwks = keys.jwks()
+
+    @route([METADATA_PATH], http_method=["GET", "OPTIONS"], sync_to_thread=False)
+    def authorization_server_metadata(request: Request[Any, Any, Any]) -> Response[dict[str, Any] | None]:
+        if request.method == "OPTIONS":
+            return Response(None, status_code=204, headers=_PREFLIGHT)
+        return Response(metadata, headers=_CORS)
+
+    @route([JWKS_PATH], http_method=["GET", "OPTIONS"], sync_to_thread=False)
+    def jwks_document(request: Request[Any, Any, Any]) -> Response[dict[str, Any] | None]:
+        if request.method == "OPTIONS":
+            return Response(None, status_code=204, headers=_PREFLIGHT)
+        return Response(jwks, headers={**_CORS, "Cache-Control": "public, max-age=300"})
+
+    pages = consent_routes(
+        provider, database, login, jar, public_url=settings.public_url, csrf_key=settings.token_key_ring[0]
+    )
+    return AuthorizationServer(
+        verifier=verifier,
+        revoked=revoked,
+        provider=provider,
+        route_handlers=[oauth_endpoints, authorization_server_metadata, jwks_document, *pages],
+    )

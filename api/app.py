@@ -186,13 +186,13 @@ def create_app(
                 name="coatcheck-purge",
             )
         if authorization_server is not None:
-            await authorization_server.revoked.start()
+            await authorization_server.start()
         try:
             async with mcp.session_manager.run():
                 yield
         finally:
             if authorization_server is not None:
-                await authorization_server.revoked.stop()
+                await authorization_server.stop()
             if purger is not None:
                 purger.cancel()
                 with contextlib.suppress(asyncio.CancelledError):

@@ -396,6 +396,13 @@ class Settings(RetentionSettings, VaultKeySettings):
     as_registrations_per_minute: int = Field(
         default=20, ge=0, le=10000, description="Dynamic client registrations accepted per minute (0: none)."
     )
+    as_cimd_timeout_seconds: float = Field(
+        default=5.0, gt=0, le=30, description="How long fetching a client metadata document (CIMD) may take."
+    )
+    as_cimd_allow_loopback: bool = Field(
+        default=False,
+        description="DEVELOPMENT ONLY: also fetch client metadata documents from http URLs on loopback addresses.",
+    )
 
     @field_validator("allowed_hosts", "allowed_origins", "cors_allowed_origins", "forwarded_allow_ips", mode="before")
     @classmethod

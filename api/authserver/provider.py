@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
-from urllib.parse import urlencode
+from urllib.parse import urlencode, urlsplit
 
 from mcp.server.auth.provider import (
     AccessToken,
@@ -31,6 +31,7 @@ from mcp.server.auth.provider import (
 from mcp.shared.auth import OAuthClientInformationFull, OAuthToken
 
 from api.auth import canonical_resource
+from api.authserver.cimd import CimdFetcher, CimdRefused, is_metadata_url
 from api.authserver.clients import DEFAULT_SCOPE, metadata_problem
 from api.authserver.keys import SigningKeys
 from api.authserver.verifier import GRANT_CLAIM, UPSTREAM_ISSUER_CLAIM, AuthorizationServerTokenVerifier
@@ -92,6 +93,7 @@ class PostgresProvider:
         access_token_lifetime: timedelta,
         refresh_token_lifetime: timedelta,
         registrations_per_minute: int,
+        cimd: CimdFetcher,
     ) -> None:
         self._database = database
         self._keys = keys
@@ -104,6 +106,7 @@ class PostgresProvider:
         self._access_lifetime = access_token_lifetime
         self._refresh_lifetime = refresh_token_lifetime
         self._registrations_per_minute = registrations_per_minute
+        self.cimd = cimd
 
     # --- clients ------------------------------------------------------------------------------------
 
@@ -111,6 +114,8 @@ class PostgresProvider:
         """Where a client's identity comes from, as the consent page says it."""
         if client.client_id in self._static:
             return "pre-registered by this server's operator"
+        if is_metadata_url(client.client_id):
+            return f"described by its metadata document at {urlsplit(client.client_id).netloc}"
         return "registered dynamically, unverified"
 
     async def get_client(self, client_id: str) -> OAuthClientInformationFull | None:
@@ -119,6 +124,12 @@ class PostgresProvider:
             return static
         if len(client_id) > 512:
             return None
+        if is_metadata_url(client_id):
+            try:
+                return await self.cimd.client(client_id)
+            except CimdRefused as exc:
+                logger.info("client metadata document refused: %s", exc)
+                return None
         async with self._database.one_statement() as conn:
             stored = await store.load_client(conn, client_id)
         if stored is None:

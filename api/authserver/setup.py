@@ -7,6 +7,7 @@ SDK's MCP app. Two things are served by Coatcheck itself: the RFC 8414 metadata 
 ``authorization_response_iss_parameter_supported``) and the JWKS.
 """
 
+import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -21,6 +22,7 @@ from mcp.server.auth.settings import ClientRegistrationOptions, RevocationOption
 from pydantic import AnyHttpUrl
 from starlette.routing import Router
 
+from api.authserver.cimd import CimdFetcher, CimdRefused, is_metadata_url
 from api.authserver.clients import DEFAULT_SCOPE, parse_static_clients
 from api.authserver.consent import consent_routes
 from api.authserver.keys import SigningKeys
@@ -46,12 +48,43 @@ _PREFLIGHT = {
 
 @dataclass
 class AuthorizationServer:
-    """What ``create_app`` wires in: the MCP token verifier, the routes, and the revocation listener."""
+    """What ``create_app`` wires in: the MCP token verifier, the routes, and what runs with the app."""
 
     verifier: AuthorizationServerTokenVerifier
     revoked: RevokedGrants
     provider: PostgresProvider
     route_handlers: list[BaseRouteHandler] = field(default_factory=list)
+
+    async def start(self) -> None:
+        """Start the revocation listener (with the app's lifespan)."""
+        await self.revoked.start()
+
+    async def stop(self) -> None:
+        """Stop the listener and close the metadata-document client."""
+        await self.revoked.stop()
+        await self.provider.cimd.aclose()
+
+
+def with_metadata_document_check(app: Callable[[Scope, Receive, Send], Awaitable[None]], cimd: CimdFetcher) -> Any:
+    """``app`` (the SDK's authorize handler), first fetching a metadata-document ``client_id`` so that a
+    refusal says why (the SDK would only say the client was not found): a 400 ``invalid_request`` page,
+    never a redirect, since the redirect URI is not known to be the client's (RFC 6749 §4.1.2.1)."""
+
+    async def wrapped(scope: Scope, receive: Receive, send: Send) -> None:
+        query = dict(parse_qsl(scope.get("query_string", b"").decode("latin-1")))
+        client_id = query.get("client_id", "")
+        if scope.get("method") == "GET" and is_metadata_url(client_id):
+            try:
+                await cimd.client(client_id)
+            except CimdRefused as exc:
+                body = json.dumps({"error": "invalid_request", "error_description": str(exc)}).encode()
+                headers = [(b"content-type", b"application/json"), (b"cache-control", b"no-store")]
+                await send(cast(Message, {"type": "http.response.start", "status": 400, "headers": headers}))
+                await send({"type": "http.response.body", "body": body, "more_body": False})
+                return
+        await app(scope, receive, send)
+
+    return wrapped
 
 
 def with_issuer_on_redirects(app: Callable[[Scope, Receive, Send], Awaitable[None]], issuer: str) -> Any:
@@ -129,6 +162,9 @@ def build_authorization_server(
     verifier = AuthorizationServerTokenVerifier(
         keys, issuer=issuer, resource=settings.mcp_resource_url, revoked=revoked, leeway=settings.jwt_leeway_seconds
     )
+    cimd = CimdFetcher(
+        database, timeout=settings.as_cimd_timeout_seconds, allow_loopback=settings.as_cimd_allow_loopback
+    )
     provider = PostgresProvider(
         database=database,
         keys=keys,
@@ -140,6 +176,7 @@ def build_authorization_server(
         access_token_lifetime=access_lifetime,
         refresh_token_lifetime=timedelta(days=settings.as_refresh_token_days),
         registrations_per_minute=settings.as_registrations_per_minute,
+        cimd=cimd,
     )
     registration = ClientRegistrationOptions(
         enabled=settings.as_registrations_per_minute > 0, valid_scopes=SCOPES, default_scopes=SCOPES
@@ -153,7 +190,7 @@ def build_authorization_server(
     ]
     # Starlette and Litestar spell the same ASGI types differently; both are plain ASGI callables.
     router = cast(Any, Router(routes=sdk_routes))
-    authorize_with_iss = with_issuer_on_redirects(router, issuer)
+    authorize_with_iss = with_metadata_document_check(with_issuer_on_redirects(router, issuer), cimd)
     revoke_without_secret = with_optional_client_secret(router)
     paths = [str(getattr(r, "path", "")) for r in sdk_routes]
 
@@ -171,6 +208,7 @@ def build_authorization_server(
         token_endpoint_auth_methods_supported=["none", "client_secret_basic", "client_secret_post"],
         revocation_endpoint_auth_methods_supported=["none", "client_secret_basic", "client_secret_post"],
         authorization_response_iss_parameter_supported=True,
+        client_id_metadata_document_supported=True,
         scopes_supported=SCOPES,
     )
     for key in ("authorization_endpoint", "token_endpoint", "registration_endpoint", "revocation_endpoint"):

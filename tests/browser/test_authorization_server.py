@@ -23,6 +23,7 @@ from sqlalchemy import select
 from store.db import Database
 from store.models import AsGrant, AuditEvent, Cart, table_of
 from tests.support.authserver import Authorization, authorization_server_env, authorize_in_browser
+from tests.support.cimd_server import serve_documents
 from tests.support.devidp import (
     DEMO_CLIENT_ID,
     LOGIN_CLIENT_ID,
@@ -69,7 +70,8 @@ def as_env(database_url: str, upstream: DevIdP, upstream_secrets: dict[str, str]
         request_state_keys=",".join(secrets.token_urlsafe(32) for _ in range(2)),
         token_encryption_keys=",".join(secrets.token_urlsafe(32) for _ in range(2)),
     )
-    return authorization_server_env(base)
+    # Development setting: the test's client metadata documents are served from loopback.
+    return {**authorization_server_env(base), "AS_CIMD_ALLOW_LOOPBACK": "true"}
 
 
 @pytest.fixture(scope="module")
@@ -422,3 +424,41 @@ async def test_a_denied_consent_sends_access_denied_with_state_and_issuer_and_gr
     async with database.one_statement() as conn:
         granted = (await conn.execute(select(_grants.c.id).where(_grants.c.client_id == client["client_id"]))).all()
     assert granted == []
+
+
+async def test_a_client_identified_by_its_metadata_document_signs_in_without_registering(
+    as_server: RunningServer, person: BrowserContext
+) -> None:
+    redirect_uri = f"http://127.0.0.1:{free_port()}/callback"
+    with serve_documents() as documents:
+        documents.documents["/client.json"] = {"client_name": "Doc-described client", "redirect_uris": [redirect_uri]}
+        client_id = documents.url("/client.json")
+        async with httpx2.AsyncClient(timeout=10) as http:
+            metadata = (await http.get(f"{as_server.base_url}/.well-known/oauth-authorization-server")).json()
+        pkce = Pkce.new()
+        seen = await authorize_in_browser(
+            person,
+            _authorize_url(as_server, client_id, redirect_uri, pkce),
+            username=_user(),
+            redirect_uri=redirect_uri,
+        )
+        tokens = await _redeem(as_server, client_id, _query(seen.redirected_to)["code"], redirect_uri, pkce)
+
+    assert metadata["client_id_metadata_document_supported"] is True
+    assert seen.consent_text is not None
+    assert "Doc-described client" in seen.consent_text
+    assert f"described by its metadata document at {urlsplit(client_id).netloc}" in seen.consent_text
+    assert tokens.status_code == 200, tokens.text
+    assert await _mcp_status(as_server.base_url, tokens.json()["access_token"]) == 200
+
+
+async def test_a_metadata_document_url_that_redirects_is_refused_at_authorize_saying_why(
+    as_server: RunningServer,
+) -> None:
+    redirect_uri = f"http://127.0.0.1:{free_port()}/callback"
+    with serve_documents() as documents:
+        async with httpx2.AsyncClient(timeout=10, follow_redirects=False) as http:
+            refused = await http.get(_authorize_url(as_server, documents.url("/redirect"), redirect_uri, Pkce.new()))
+    assert refused.status_code == 400
+    assert refused.json()["error"] == "invalid_request"
+    assert "redirects are refused" in refused.json()["error_description"]

@@ -22,6 +22,7 @@ from mcp.server.auth.settings import ClientRegistrationOptions, RevocationOption
 from pydantic import AnyHttpUrl
 from starlette.routing import Router
 
+from api.auth import canonical_resource
 from api.authserver.cimd import CimdFetcher, CimdRefused, is_metadata_url
 from api.authserver.clients import DEFAULT_SCOPE, parse_static_clients
 from api.authserver.consent import consent_routes
@@ -77,10 +78,7 @@ def with_metadata_document_check(app: Callable[[Scope, Receive, Send], Awaitable
             try:
                 await cimd.client(client_id)
             except CimdRefused as exc:
-                body = json.dumps({"error": "invalid_request", "error_description": str(exc)}).encode()
-                headers = [(b"content-type", b"application/json"), (b"cache-control", b"no-store")]
-                await send(cast(Message, {"type": "http.response.start", "status": 400, "headers": headers}))
-                await send({"type": "http.response.body", "body": body, "more_body": False})
+                await _answer_json(send, 400, {"error": "invalid_request", "error_description": str(exc)})
                 return
         await app(scope, receive, send)
 
@@ -112,26 +110,43 @@ def with_issuer_on_redirects(app: Callable[[Scope, Receive, Send], Awaitable[Non
     return wrapped
 
 
-def with_optional_client_secret(app: Callable[[Scope, Receive, Send], Awaitable[None]]) -> Any:
-    """``app`` (the SDK's revocation handler) accepting a public client's request without ``client_secret``.
+MAX_FORM_BYTES = 64 * 1024
 
-    RFC 7009 lets a public client send just ``token`` and ``client_id``; the SDK's request model (mcp 2.3)
-    declares ``client_secret`` without a default, so such a request would be refused as malformed. An absent
-    ``client_secret`` is sent on as an empty one, which the SDK's client authentication reads as "none".
-    """
+
+async def _answer_json(send: Send, status: int, body: dict[str, str]) -> None:
+    headers = [(b"content-type", b"application/json"), (b"cache-control", b"no-store")]
+    await send(cast(Message, {"type": "http.response.start", "status": status, "headers": headers}))
+    await send({"type": "http.response.body", "body": json.dumps(body).encode(), "more_body": False})
+
+
+def with_form_check(
+    app: Callable[[Scope, Receive, Send], Awaitable[None]],
+    check: Callable[[list[tuple[str, str]]], tuple[bytes | None, dict[str, str] | None]],
+) -> Any:
+    """``app`` behind a look at its form body: ``check(pairs)`` returns a body to pass on instead (or ``None``
+    to pass it as it came) and an RFC 6749 error to answer with instead (400). Bodies over 64 KiB get 413."""
 
     async def wrapped(scope: Scope, receive: Receive, send: Send) -> None:
         chunks: list[bytes] = []
+        size = 0
         while True:
             message = await receive()
             if message["type"] != "http.request":
                 break
-            chunks.append(message.get("body", b""))
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > MAX_FORM_BYTES:
+                await _answer_json(send, 413, {"error": "invalid_request", "error_description": "request too large"})
+                return
+            chunks.append(chunk)
             if not message.get("more_body", False):
                 break
         body = b"".join(chunks)
-        if not any(key == "client_secret" for key, _ in parse_qsl(body.decode("latin-1"), keep_blank_values=True)):
-            body = body + (b"&" if body else b"") + b"client_secret="
+        replacement, error = check(parse_qsl(body.decode("latin-1"), keep_blank_values=True))
+        if error is not None:
+            await _answer_json(send, 400, error)
+            return
+        body = body if replacement is None else replacement
         delivered = False
 
         async def replay() -> Any:
@@ -144,6 +159,34 @@ def with_optional_client_secret(app: Callable[[Scope, Receive, Send], Awaitable[
         await app(scope, cast(Receive, replay), send)
 
     return wrapped
+
+
+def optional_client_secret(pairs: list[tuple[str, str]]) -> tuple[bytes | None, dict[str, str] | None]:
+    """For the SDK's revocation handler: accept a public client's request without ``client_secret``.
+
+    RFC 7009 lets a public client send just ``token`` and ``client_id``; the SDK's request model (mcp 2.3)
+    declares ``client_secret`` without a default, so such a request would be refused as malformed. An absent
+    ``client_secret`` is sent on as an empty one, which the SDK's client authentication reads as "none".
+    """
+    if any(key == "client_secret" for key, _ in pairs):
+        return None, None
+    return urlencode([*pairs, ("client_secret", "")]).encode(), None
+
+
+def resource_is(resource: str) -> Callable[[list[tuple[str, str]]], tuple[bytes | None, dict[str, str] | None]]:
+    """For the SDK's token handler, which ignores a token request's RFC 8707 ``resource``: one that is not
+    Coatcheck's MCP URL is ``invalid_target`` (RFC 8707 §2)."""
+
+    def check(pairs: list[tuple[str, str]]) -> tuple[bytes | None, dict[str, str] | None]:
+        for key, value in pairs:
+            if key == "resource" and canonical_resource(value) != canonical_resource(resource):
+                return None, {
+                    "error": "invalid_target",
+                    "error_description": f"resource must be this server's MCP endpoint, {resource}",
+                }
+        return None, None
+
+    return check
 
 
 def build_authorization_server(
@@ -191,14 +234,19 @@ def build_authorization_server(
     # Starlette and Litestar spell the same ASGI types differently; both are plain ASGI callables.
     router = cast(Any, Router(routes=sdk_routes))
     authorize_with_iss = with_metadata_document_check(with_issuer_on_redirects(router, issuer), cimd)
-    revoke_without_secret = with_optional_client_secret(router)
+    revoke_without_secret = with_form_check(router, optional_client_secret)
+    token_for_this_resource = with_form_check(router, resource_is(settings.mcp_resource_url))
     paths = [str(getattr(r, "path", "")) for r in sdk_routes]
 
     @asgi(paths, copy_scope=True)
     async def oauth_endpoints(scope: Scope, receive: Receive, send: Send) -> None:
         sdk_scope = dict(scope)
         sdk_scope.update(root_path="")
-        app = {"/authorize": authorize_with_iss, "/revoke": revoke_without_secret}.get(scope["path"], router)
+        app = {
+            "/authorize": authorize_with_iss,
+            "/revoke": revoke_without_secret,
+            "/token": token_for_this_resource,
+        }.get(scope["path"], router)
         await app(sdk_scope, receive, send)
 
     metadata = build_metadata(issuer_url, None, registration, revocation).model_dump(mode="json", exclude_none=True)

@@ -375,6 +375,21 @@ async def test_bad_authorization_and_token_requests_get_the_rfc_errors_with_desc
             f"{as_server.base_url}/register",
             json={"redirect_uris": [f"https://app.example/cb{n}" for n in range(11)]},
         )
+        wrong_target = await http.post(
+            f"{as_server.base_url}/token",
+            data={
+                "grant_type": "authorization_code",
+                "client_id": client["client_id"],
+                "code": "not-a-code",
+                "redirect_uri": redirect_uri,
+                "code_verifier": pkce.verifier,
+                "resource": "https://elsewhere.example/mcp",
+            },
+        )
+        long_name = await http.post(
+            f"{as_server.base_url}/register",
+            json={"redirect_uris": ["https://app.example/cb"], "client_name": "n" * 5000},
+        )
         consent_from_elsewhere = await http.post(
             f"{as_server.base_url}/oauth/consent", data={"request": "x", "decision": "allow"}
         )
@@ -398,8 +413,14 @@ async def test_bad_authorization_and_token_requests_get_the_rfc_errors_with_desc
     assert "loopback" in http_redirect.json()["error_description"]
     assert too_many.status_code == 400
     assert too_many.json()["error"] == "invalid_client_metadata"
+    assert wrong_target.status_code == 400
+    assert wrong_target.json()["error"] == "invalid_target"
+    assert long_name.status_code == 400
+    assert long_name.json()["error"] == "invalid_client_metadata"
+    assert "client_name is longer than" in long_name.json()["error_description"]
     assert consent_from_elsewhere.status_code == 403
-    for response in (wrong_resource, plain, foreign, unknown_client, bad_code, http_redirect, too_many):
+    responses = (wrong_resource, plain, foreign, unknown_client, bad_code, http_redirect, too_many, wrong_target)
+    for response in (*responses, long_name):
         assert "Traceback" not in response.text
     assert "Traceback" not in as_server.log_text()
 

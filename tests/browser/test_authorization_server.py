@@ -7,6 +7,8 @@ import secrets
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
@@ -23,6 +25,7 @@ from sqlalchemy import select
 from store.db import Database
 from store.models import AsGrant, AuditEvent, Cart, table_of
 from tests.support.authserver import Authorization, authorization_server_env, authorize_in_browser
+from tests.support.browser import BrowserUser, LinkOpener
 from tests.support.cimd_server import serve_documents
 from tests.support.devidp import (
     DEMO_CLIENT_ID,
@@ -177,39 +180,59 @@ async def _mcp_status(base_url: str, access_token: str) -> int:
     return response.status_code
 
 
-async def test_an_sdk_client_signs_in_through_discovery_registration_upstream_sign_in_and_consent_then_calls_tools(
-    as_server: RunningServer, upstream: DevIdP, person: BrowserContext, database: Database
-) -> None:
-    username = _user()
-    redirect_uri = f"http://127.0.0.1:{free_port()}/callback"
-    authorizations: list[Authorization] = []
+@dataclass
+class SdkSignIn:
+    """An SDK client's OAuth state after signing in: what the person saw, and what the client stored."""
+
+    redirect_uri: str
+    storage: MemoryTokenStorage
+    authorizations: list[Authorization]
+
+
+@asynccontextmanager
+async def _sdk_client(
+    server: RunningServer, person: BrowserContext, username: str, **client_options: Any
+) -> AsyncIterator[tuple[Client, SdkSignIn]]:
+    """The official SDK client, starting from nothing but the MCP URL: it discovers Coatcheck, registers,
+    and sends ``person`` through the upstream sign-in and consent in Chromium."""
+    seen = SdkSignIn(f"http://127.0.0.1:{free_port()}/callback", MemoryTokenStorage(), [])
 
     async def open_in_browser(url: str) -> None:
-        authorizations.append(await authorize_in_browser(person, url, username=username, redirect_uri=redirect_uri))
+        seen.authorizations.append(
+            await authorize_in_browser(person, url, username=username, redirect_uri=seen.redirect_uri)
+        )
 
     async def callback() -> AuthorizationCodeResult:
-        query = _query(authorizations[-1].redirected_to)
+        query = _query(seen.authorizations[-1].redirected_to)
         return AuthorizationCodeResult(code=query["code"], state=query.get("state"), iss=query.get("iss"))
 
-    storage = MemoryTokenStorage()
     auth = OAuthClientProvider(
-        server_url=as_server.mcp_url,
+        server_url=server.mcp_url,
         client_metadata=OAuthClientMetadata(
             client_name="SDK test client",
-            redirect_uris=[redirect_uri],  # type: ignore[list-item]
+            redirect_uris=[seen.redirect_uri],  # type: ignore[list-item]
             grant_types=["authorization_code", "refresh_token"],
             response_types=["code"],
             token_endpoint_auth_method="none",
         ),
-        storage=storage,
+        storage=seen.storage,
         redirect_handler=open_in_browser,
         callback_handler=callback,
     )
     async with (
         httpx2.AsyncClient(auth=auth, timeout=httpx2.Timeout(30.0)) as http,
-        Client(streamable_http_client(as_server.mcp_url, http_client=http)) as client,
+        Client(streamable_http_client(server.mcp_url, http_client=http), **client_options) as client,
     ):
+        yield client, seen
+
+
+async def test_an_sdk_client_signs_in_through_discovery_registration_upstream_sign_in_and_consent_then_calls_tools(
+    as_server: RunningServer, upstream: DevIdP, person: BrowserContext, database: Database
+) -> None:
+    username = _user()
+    async with _sdk_client(as_server, person, username) as (client, seen):
         created = await client.call_tool("cart_create", {})
+    redirect_uri, storage, authorizations = seen.redirect_uri, seen.storage, seen.authorizations
     assert not created.is_error, created
     assert created.structured_content is not None
     cart_id = created.structured_content["cart_id"]
@@ -483,3 +506,19 @@ async def test_a_metadata_document_url_that_redirects_is_refused_at_authorize_sa
     assert refused.status_code == 400
     assert refused.json()["error"] == "invalid_request"
     assert "redirects are refused" in refused.json()["error_description"]
+
+
+async def test_a_connect_link_opened_by_the_same_upstream_user_connects_a_provider_in_this_mode_too(
+    as_server: RunningServer, person: BrowserContext
+) -> None:
+    username = _user()
+    opener = LinkOpener(BrowserUser(person, username))
+    async with _sdk_client(as_server, person, username, elicitation_callback=opener) as (client, _):
+        result = await client.call_tool("connection_whoami", {"provider": "demo"})
+    landing = await opener.landing()
+
+    # /connect compared the browser's upstream (issuer, subject) with the principal of Coatcheck's token.
+    assert "Connected" in landing.text, landing.text
+    assert not result.is_error, result
+    assert result.structured_content is not None
+    assert result.structured_content["profile"]["sub"] == username

@@ -46,7 +46,7 @@ logger = logging.getLogger(__name__)
 CONSENT_PATH = "/oauth/consent"
 CODE_LIFETIME = timedelta(seconds=60)
 REQUEST_LIFETIME_SECONDS = 600
-MAX_STATE_LENGTH = 512
+MAX_STATE_LENGTH = 256  # the request rides sealed in the login cookie (4 KiB) during sign-in
 REQUEST_PURPOSE = "as-authorization-request"
 _SECRET_PURPOSE = "as-client-secret"  # noqa: S105 - a key-derivation label, not a secret
 
@@ -153,17 +153,21 @@ class PostgresProvider:
             if client_info.client_secret
             else None
         )
+        # The SDK's errors are frozen dataclasses, which cannot leave a context manager (it sets their
+        # traceback): decide inside, raise outside.
         async with self._database.transaction() as conn:
-            if await store.registrations_within(conn, timedelta(minutes=1)) >= self._registrations_per_minute:
-                raise RegistrationError(
-                    "invalid_client_metadata",
-                    "too many clients registered in the last minute; try again in a minute",
+            flooded = await store.registrations_within(conn, timedelta(minutes=1)) >= self._registrations_per_minute
+            if not flooded:
+                await store.save_client(
+                    conn, client_id=client_info.client_id, kind="dynamic", metadata=metadata, secret_enc=secret_enc
                 )
-            await store.save_client(
-                conn, client_id=client_info.client_id, kind="dynamic", metadata=metadata, secret_enc=secret_enc
-            )
-            await AuditRepository(conn).record(
-                None, "as_register", provider=None, outcome="registered", detail=f"client {client_info.client_id}"
+                await AuditRepository(conn).record(
+                    None, "as_register", provider=None, outcome="registered", detail=f"client {client_info.client_id}"
+                )
+        if flooded:
+            logger.warning("dynamic client registration refused: the per-minute bound is reached")
+            raise RegistrationError(
+                "invalid_client_metadata", "too many clients registered in the last minute; try again in a minute"
             )
 
     # --- authorization --------------------------------------------------------------------------------

@@ -3,10 +3,11 @@ signing ring rotates with overlap, and the revoked-grant set follows the databas
 
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 
 import httpx2
+import pytest
 
 from api.authserver.keys import SigningKeys
 from api.authserver.revocation import RevokedGrants
@@ -14,7 +15,10 @@ from api.authserver.verifier import AuthorizationServerTokenVerifier
 from store import authserver as store
 from store.db import Database
 from store.principal import Principal
+from tests.support.authserver import authorization_server_env
 from tests.support.devidp import DevIdP
+from tests.support.inprocess import settings_from, started_app
+from tests.support.scratch import scratch_database
 from tests.support.waiting import eventually
 
 ISSUER = "https://coatcheck.test"
@@ -101,3 +105,21 @@ async def test_the_revoked_set_hears_a_revocation_at_once_and_without_listening_
         assert await asking.is_revoked(f"grt_{uuid.uuid4().hex}")  # unknown grants fail closed
     finally:
         await listening.stop()
+
+
+@pytest.fixture
+def own_database_url(admin_database_url: str) -> Iterator[str]:
+    """A database of its own: the bound counts every registration of the deployment in the last minute."""
+    with scratch_database(admin_database_url, prefix="coatcheck_dcr") as url:
+        yield url
+
+
+async def test_dynamic_registration_is_bounded_per_minute_across_the_deployment(
+    own_database_url: str, server_env: dict[str, str]
+) -> None:
+    env = {**authorization_server_env(server_env), "DATABASE_URL": own_database_url, "AS_REGISTRATIONS_PER_MINUTE": "3"}
+    async with started_app(settings_from(env)) as app, app.http(timeout=10) as http:
+        answers = [await http.post("/register", json={"redirect_uris": [f"http://127.0.0.1:{n}/cb"]}) for n in range(4)]
+    assert [answer.status_code for answer in answers] == [201, 201, 201, 400]
+    assert answers[3].json()["error"] == "invalid_client_metadata"
+    assert "too many clients registered in the last minute" in answers[3].json()["error_description"]

@@ -8,6 +8,7 @@ from datetime import timedelta
 
 import httpx2
 import pytest
+from sqlalchemy import event
 
 from api.authserver.keys import SigningKeys
 from api.authserver.revocation import RevokedGrants
@@ -123,3 +124,39 @@ async def test_dynamic_registration_is_bounded_per_minute_across_the_deployment(
     assert [answer.status_code for answer in answers] == [201, 201, 201, 400]
     assert answers[3].json()["error"] == "invalid_client_metadata"
     assert "too many clients registered in the last minute" in answers[3].json()["error_description"]
+
+
+async def test_while_listening_a_token_check_costs_no_database_statement_and_without_it_one(
+    database: Database, database_url: str, new_principal: Callable[[], Principal]
+) -> None:
+    async with database.one_statement() as conn:
+        grant = await store.create_grant(conn, new_principal(), client_id="c", scopes=["mcp"], resource=RESOURCE)
+    keys = SigningKeys([NEW])
+    token = keys.sign(_claims(grant))
+    listening = RevokedGrants(database, database_url, window=timedelta(minutes=5))
+    asking = RevokedGrants(database, database_url, window=timedelta(minutes=5), listen=False)
+    statements: list[str] = []
+
+    def count(_conn: object, _cursor: object, statement: str, *_: object) -> None:
+        statements.append(statement)
+
+    await listening.start()
+    try:
+
+        async def connected() -> bool:
+            return listening.listening
+
+        await eventually(connected, within=10, what="the revocation listener to connect")
+        event.listen(database.sync_engine, "before_cursor_execute", count)
+        try:
+            for revoked in (listening, asking):
+                verifier = AuthorizationServerTokenVerifier(
+                    keys, issuer=ISSUER, resource=RESOURCE, revoked=revoked, leeway=0
+                )
+                assert await verifier.verify_token(token) is not None
+                assert len(statements) == (0 if revoked is listening else 1)
+                statements.clear()
+        finally:
+            event.remove(database.sync_engine, "before_cursor_execute", count)
+    finally:
+        await listening.stop()

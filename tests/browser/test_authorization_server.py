@@ -524,3 +524,48 @@ async def test_a_connect_link_opened_by_the_same_upstream_user_connects_a_provid
     assert not result.is_error, result
     assert result.structured_content is not None
     assert result.structured_content["profile"]["sub"] == username
+
+
+async def test_a_user_sees_the_applications_they_authorised_and_revoking_one_ends_its_tokens_and_consent(
+    as_server: RunningServer, person: BrowserContext, database: Database
+) -> None:
+    username = _user()
+    client, redirect_uri, pkce, seen = await _code(as_server, person, username)
+    tokens = (
+        await _redeem(as_server, client["client_id"], _query(seen.redirected_to)["code"], redirect_uri, pkce)
+    ).json()
+    assert await _mcp_status(as_server.base_url, tokens["access_token"]) == 200
+
+    page = await person.new_page()
+    listed = await page.goto(f"{as_server.base_url}/oauth/grants")
+    assert listed is not None
+    assert "frame-ancestors 'none'" in (await listed.all_headers())["content-security-policy"]
+    row = page.locator("li", has_text=client["client_id"])
+    assert await row.count() == 1
+    async with page.expect_navigation():
+        await row.locator("button", has_text="Revoke").click()
+    after = await page.inner_text("body")
+    await page.close()
+
+    assert client["client_id"] not in after
+    assert await _mcp_status(as_server.base_url, tokens["access_token"]) == 401
+    refreshed = await _refresh(as_server, client["client_id"], tokens["refresh_token"])
+    assert refreshed.json()["error"] == "invalid_grant"
+    # The consent is forgotten too: the next authorization of that client asks again.
+    again = await authorize_in_browser(
+        person,
+        _authorize_url(as_server, client["client_id"], redirect_uri, Pkce.new()),
+        username=username,
+        redirect_uri=redirect_uri,
+    )
+    assert again.consent_text is not None
+
+
+async def test_the_grants_page_refuses_a_revocation_posted_from_elsewhere(as_server: RunningServer) -> None:
+    async with httpx2.AsyncClient(timeout=10) as http:
+        forged = await http.post(
+            f"{as_server.base_url}/oauth/grants",
+            data={"client_id": "anything", "token": "x"},
+            headers={"Origin": "https://evil.example"},
+        )
+    assert forged.status_code == 403

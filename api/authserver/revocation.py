@@ -10,6 +10,8 @@ access token: older ones name no live token), so each replica keeps it in memory
 2. only then is the current set loaded, so no revocation can fall between the two;
 3. while that connection is down (start-up, a database restart, a failover), :meth:`is_revoked` asks the
    database for each token instead and a background task reconnects, so the check fails slow, never open.
+   A connection that dies silently (a network partition reports nothing) is caught by a ``SELECT 1`` on it
+   every second; a database that cannot be asked either counts every grant as revoked.
 
 A notification reaches a listening replica within milliseconds of the commit. Behind a transaction-pooling
 PgBouncer (``DB_POOLER_MODE=transaction``) ``LISTEN`` does not work, so every check asks the database.
@@ -48,6 +50,11 @@ class RevokedGrants:
         self._stopping = False
 
     @property
+    def backend_pid(self) -> int | None:
+        """The PostgreSQL backend of the listening connection (for operators and tests), if connected."""
+        return None if self._connection is None else int(self._connection.get_server_pid())
+
+    @property
     def listening(self) -> bool:
         """Whether the set is kept fresh by notifications right now (else each check asks the database)."""
         return self._healthy
@@ -69,8 +76,12 @@ class RevokedGrants:
         """Whether ``grant_id`` is revoked (an unknown grant counts as revoked when the database is asked)."""
         if self._healthy:
             return grant_id in self._revoked
-        async with self._database.one_statement() as conn:
-            return await store.is_revoked(conn, grant_id)
+        try:
+            async with self._database.one_statement() as conn:
+                return await store.is_revoked(conn, grant_id)
+        except Exception as exc:  # fail closed: a token that cannot be checked is not accepted
+            logger.warning("cannot check a grant's revocation (%s); refusing the token", type(exc).__name__)
+            return True
 
     def _heard(self, _connection: object, _pid: int, _channel: str, grant_id: str) -> None:
         now = time.monotonic()
@@ -79,7 +90,9 @@ class RevokedGrants:
         for stale in [gid for gid, at in self._revoked.items() if at < horizon]:
             del self._revoked[stale]
 
-    def _lost(self, _connection: object) -> None:
+    def _lost(self, connection: object) -> None:
+        if connection is not self._connection:
+            return  # closed on purpose (reconnecting or stopping)
         self._healthy = False
         logger.warning("revocation listener lost its connection; checking grants in the database until it is back")
 
@@ -108,4 +121,11 @@ class RevokedGrants:
                     logger.info("revocation listener connected (%d recently revoked grants)", len(loaded))
                 except Exception as exc:  # any failure: keep checking in the database, try again
                     logger.warning("revocation listener cannot connect (%s); retrying", type(exc).__name__)
+            else:
+                try:  # a partition closes nothing: prove the connection still answers
+                    await self._connection.fetchval("SELECT 1", timeout=RECONNECT_SECONDS)
+                except Exception as exc:
+                    logger.warning("revocation listener stopped answering (%s); reconnecting", type(exc).__name__)
+                    self._healthy = False
+                    continue
             await asyncio.sleep(RECONNECT_SECONDS)

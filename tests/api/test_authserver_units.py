@@ -8,7 +8,7 @@ from datetime import timedelta
 
 import httpx2
 import pytest
-from sqlalchemy import event
+from sqlalchemy import event, text
 
 from api.authserver.keys import SigningKeys
 from api.authserver.revocation import RevokedGrants
@@ -158,5 +158,39 @@ async def test_while_listening_a_token_check_costs_no_database_statement_and_wit
                 statements.clear()
         finally:
             event.remove(database.sync_engine, "before_cursor_execute", count)
+    finally:
+        await listening.stop()
+
+
+async def test_a_revocation_while_the_listener_connection_is_killed_is_still_seen_within_a_second(
+    database: Database, database_url: str, new_principal: Callable[[], Principal]
+) -> None:
+    async with database.one_statement() as conn:
+        grant = await store.create_grant(conn, new_principal(), client_id="c", scopes=["mcp"], resource=RESOURCE)
+    listening = RevokedGrants(database, database_url, window=timedelta(minutes=5))
+    await listening.start()
+    try:
+
+        async def connected() -> bool:
+            return listening.listening
+
+        await eventually(connected, within=10, what="the revocation listener to connect")
+        killed = listening.backend_pid
+        async with database.one_statement() as conn:  # what a database restart or failover does to it
+            await conn.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": killed})
+            await store.revoke_grant(conn, grant, "test")
+        started = time.monotonic()
+
+        async def refused() -> bool:
+            return await listening.is_revoked(grant)
+
+        await eventually(refused, within=1.0, what="the revocation to be seen", interval=0.005)
+        assert time.monotonic() - started < 1.0
+
+        async def reconnected() -> bool:
+            return listening.listening and listening.backend_pid != killed
+
+        await eventually(reconnected, within=10, what="the listener to reconnect")
+        assert await listening.is_revoked(grant)  # the reloaded set has it
     finally:
         await listening.stop()

@@ -17,7 +17,7 @@ import secrets
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlalchemy import and_, delete, func, insert, select, update
+from sqlalchemy import and_, delete, func, insert, select, text, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -407,3 +407,47 @@ async def is_revoked(conn: AsyncConnection, grant_id: str) -> bool:
     stmt = select(_grants.c.revoked_at).where(_grants.c.id == grant_id)
     row = (await conn.execute(stmt)).first()
     return row is None or row.revoked_at is not None
+
+
+# --- retention -------------------------------------------------------------------------------------
+
+_PURGES = {
+    # A code is useless an hour after it expired (a replay that late is refused as unknown, not as a replay).
+    "as_authorization_code": """
+        WITH doomed AS (SELECT code_hash FROM as_authorization_code WHERE expires_at < now() - interval '1 hour'
+                        LIMIT :limit FOR UPDATE SKIP LOCKED)
+        DELETE FROM as_authorization_code WHERE code_hash IN (SELECT code_hash FROM doomed)""",
+    # Spent refresh tokens stay until they expire, so that a replay of one is still recognised.
+    "as_refresh_token": """
+        WITH doomed AS (SELECT token_hash FROM as_refresh_token WHERE expires_at < now()
+                        LIMIT :limit FOR UPDATE SKIP LOCKED)
+        DELETE FROM as_refresh_token WHERE token_hash IN (SELECT token_hash FROM doomed)""",
+    # A grant goes a day after it was revoked (its access tokens died long before), or a day after it was
+    # created once nothing of it is left (no code, no refresh token: its family expired).
+    "as_grant": """
+        WITH doomed AS (SELECT id FROM as_grant g
+                        WHERE g.revoked_at < now() - interval '1 day'
+                           OR (g.created_at < now() - interval '1 day'
+                               AND NOT EXISTS (SELECT FROM as_refresh_token r WHERE r.grant_id = g.id)
+                               AND NOT EXISTS (SELECT FROM as_authorization_code c WHERE c.grant_id = g.id))
+                        LIMIT :limit FOR UPDATE SKIP LOCKED)
+        DELETE FROM as_grant WHERE id IN (SELECT id FROM doomed)""",
+    # A registered client nobody authorised within a day, and a cached metadata document a day stale.
+    "as_client": """
+        WITH doomed AS (SELECT client_id FROM as_client c
+                        WHERE ((c.kind = 'dynamic' AND c.created_at < now() - interval '1 day')
+                               OR (c.kind = 'cimd' AND c.fresh_until < now() - interval '1 day'))
+                          AND NOT EXISTS (SELECT FROM as_grant g WHERE g.client_id = c.client_id)
+                        LIMIT :limit FOR UPDATE SKIP LOCKED)
+        DELETE FROM as_client WHERE client_id IN (SELECT client_id FROM doomed)""",
+}
+PURGEABLE_TABLES = tuple(_PURGES)
+
+
+async def purge_batch(conn: AsyncConnection, table: str, *, limit: int) -> int:
+    """Delete up to ``limit`` rows of ``table`` (one of :data:`PURGEABLE_TABLES`) that nothing can use any more.
+
+    One statement; rows another purge holds are skipped. Consents are never purged (revoking forgets them).
+    """
+    result = await conn.execute(text(_PURGES[table]), {"limit": limit})
+    return int(result.rowcount or 0)

@@ -7,6 +7,8 @@ SDK's MCP app. Two things are served by Coatcheck itself: the RFC 8414 metadata 
 ``authorization_response_iss_parameter_supported``) and the JWKS.
 """
 
+import asyncio
+import contextlib
 import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -28,6 +30,7 @@ from api.authserver.clients import DEFAULT_SCOPE, parse_static_clients
 from api.authserver.consent import consent_routes
 from api.authserver.keys import SigningKeys
 from api.authserver.provider import PostgresProvider
+from api.authserver.retention import purge_periodically
 from api.authserver.revocation import RevokedGrants
 from api.authserver.verifier import AuthorizationServerTokenVerifier
 from api.oauth.login import OidcLogin
@@ -54,14 +57,22 @@ class AuthorizationServer:
     verifier: AuthorizationServerTokenVerifier
     revoked: RevokedGrants
     provider: PostgresProvider
+    database: Database
     route_handlers: list[BaseRouteHandler] = field(default_factory=list)
 
+    purger: "asyncio.Task[None] | None" = None
+
     async def start(self) -> None:
-        """Start the revocation listener (with the app's lifespan)."""
+        """Start the revocation listener and the periodic purge (with the app's lifespan)."""
         await self.revoked.start()
+        self.purger = asyncio.create_task(purge_periodically(self.database), name="coatcheck-as-purge")
 
     async def stop(self) -> None:
-        """Stop the listener and close the metadata-document client."""
+        """Stop both and close the metadata-document client."""
+        if self.purger is not None:
+            self.purger.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.purger
         await self.revoked.stop()
         await self.provider.cimd.aclose()
 
@@ -283,5 +294,6 @@ def build_authorization_server(
         verifier=verifier,
         revoked=revoked,
         provider=provider,
+        database=database,
         route_handlers=[oauth_endpoints, authorization_server_metadata, jwks_document, *pages],
     )

@@ -2,16 +2,18 @@
 revocation that every replica hears about."""
 
 import asyncio
+import uuid
 from collections.abc import Callable
 from datetime import timedelta
 
 import asyncpg  # type: ignore[import-untyped]
-from sqlalchemy import select
+from sqlalchemy import select, text, update
 from sqlalchemy.engine import make_url
 
+from api.authserver.retention import purge_once
 from store import authserver as store
 from store.db import Database
-from store.models import AsAuthorizationCode, AsRefreshToken, table_of
+from store.models import AsAuthorizationCode, AsClient, AsGrant, AsRefreshToken, table_of
 from store.principal import Principal
 
 RESOURCE = "https://coatcheck.test/mcp"
@@ -129,3 +131,49 @@ async def test_grants_and_consents_are_scoped_to_their_principal(
         assert all(g.revoked_at is None for g in await store.grants_of(conn, bob))
         assert await store.forget_consent(conn, alice, "client-a")
         assert await store.consented_scopes(conn, alice, "client-a") is None
+
+
+async def test_the_purge_deletes_only_what_nothing_can_use_any_more(
+    database: Database, new_principal: Callable[[], Principal]
+) -> None:
+    owner = new_principal()
+    live_grant, live_code = await _grant_with_code(database, owner)
+    old_grant, old_code = await _grant_with_code(database, owner, lifetime=timedelta(hours=-2))
+    revoked_grant, _ = await _grant_with_code(database, owner)
+    spent, expired = store.new_secret(), store.new_secret()
+    stale_client, kept_client = f"dcr-{uuid.uuid4().hex}", f"dcr-{uuid.uuid4().hex}"
+    grants, clients = table_of(AsGrant), table_of(AsClient)
+    async with database.transaction() as conn:
+        await store.store_refresh_token(
+            conn, spent, grant_id=live_grant, client_id="client-a", lifetime=timedelta(days=1)
+        )
+        await store.rotate_refresh_token(conn, spent)  # spent but unexpired: kept, so a replay is recognised
+        await store.store_refresh_token(
+            conn, expired, grant_id=live_grant, client_id="client-a", lifetime=timedelta(seconds=-1)
+        )
+        await store.revoke_grant(conn, revoked_grant, "test")
+        await conn.execute(
+            update(grants).where(grants.c.id == revoked_grant).values(revoked_at=text("now() - interval '2 days'"))
+        )
+        await conn.execute(
+            update(grants).where(grants.c.id == old_grant).values(created_at=text("now() - interval '2 days'"))
+        )
+        for client_id in (stale_client, kept_client):
+            await store.save_client(conn, client_id=client_id, kind="dynamic", metadata={"client_id": client_id})
+        await conn.execute(
+            update(clients)
+            .where(clients.c.client_id == stale_client)
+            .values(created_at=text("now() - interval '2 days'"))
+        )
+
+    await purge_once(database, batch_size=1)
+
+    async with database.one_statement() as conn:
+        assert await store.load_code(conn, live_code) is not None
+        assert await store.load_code(conn, old_code) is None  # expired two hours ago
+        assert await store.load_refresh_token(conn, spent) is not None
+        assert await store.load_refresh_token(conn, expired) is None
+        left = set((await conn.execute(select(grants.c.id).where(grants.c.principal_sub == owner.subject))).scalars())
+        assert await store.load_client(conn, stale_client) is None
+        assert await store.load_client(conn, kept_client) is not None
+    assert left == {live_grant}  # the old one's code is gone (so it is), the revoked one went after a day

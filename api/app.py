@@ -16,11 +16,14 @@ from litestar import Litestar, Request, Response, get, route
 from litestar.datastructures import State
 from litestar.handlers import BaseRouteHandler, asgi
 from litestar.types import Receive, Scope, Send
+from mcp.server.auth.provider import TokenVerifier
 from mcp.server.mcpserver import MCPServer
 from opentelemetry.trace import TracerProvider
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from api.auth import Audiences, BearerVerifier, JwtVerifier
+from api.authserver.clients import DEFAULT_SCOPE as AS_SCOPE
+from api.authserver.setup import build_authorization_server
 from api.commands.purge import RetentionPolicy, purge_periodically
 from api.database import database_from
 from api.draining import Drain
@@ -32,7 +35,8 @@ from api.mcp.endpoint import McpEndpoint, transport_security
 from api.mcp.observer import ToolCallObserver
 from api.mcp.server import build_mcp_server
 from api.metrics import Metrics
-from api.oauth.setup import build_browser_routes, build_connections
+from api.oauth.browser_sessions import BrowserSessions
+from api.oauth.setup import browser_login, build_browser_routes, build_connections, cookie_jar
 from api.request_id import request_id_middleware
 from api.search_health import SearchHealth
 from api.settings import Settings
@@ -52,12 +56,16 @@ METADATA_PREFLIGHT_HEADERS = {
 
 
 def protected_resource_metadata(settings: Settings) -> dict[str, object]:
-    """The RFC 9728 document describing the MCP endpoint as an OAuth protected resource."""
+    """The RFC 9728 document describing the MCP endpoint as an OAuth protected resource.
+
+    In authorization-server mode it names Coatcheck itself as the authorization server.
+    """
+    as_mode = settings.auth_mode == "authorization-server"
     return {
         "resource": settings.mcp_resource_url,
-        "authorization_servers": [settings.oidc_issuer],
+        "authorization_servers": [settings.authorization_server_url],
         "bearer_methods_supported": ["header"],
-        "scopes_supported": list(settings.mcp_scopes),
+        "scopes_supported": [AS_SCOPE] if as_mode else list(settings.mcp_scopes),
         "resource_name": "Coatcheck",
     }
 
@@ -114,7 +122,15 @@ def create_app(
     connections = build_connections(
         settings, db, http, record_refresh=metrics.record_refresh if metrics is not None else None
     )
-    mcp = build_mcp_server(settings, db, verifier, connections)
+    # Authorization-server mode: Coatcheck issues the MCP tokens itself (api/authserver); off by default.
+    authorization_server = None
+    if settings.auth_mode == "authorization-server":
+        sessions = BrowserSessions(cookie_jar(settings), db)
+        authorization_server = build_authorization_server(
+            settings, db, login=browser_login(settings, issuer, jwks), sessions=sessions
+        )
+    mcp_verifier: TokenVerifier = verifier if authorization_server is None else authorization_server.verifier
+    mcp = build_mcp_server(settings, db, mcp_verifier, connections)
     mcp.middleware.append(
         ToolCallObserver(mcp, digest_key=principal_digest_key(settings.token_key_ring), metrics=metrics)
     )
@@ -198,10 +214,14 @@ def create_app(
                 ),
                 name="coatcheck-purge",
             )
+        if authorization_server is not None:
+            await authorization_server.start()
         try:
             async with mcp.session_manager.run():
                 yield
         finally:
+            if authorization_server is not None:
+                await authorization_server.stop()
             if purger is not None:
                 purger.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
@@ -216,6 +236,7 @@ def create_app(
             healthz,
             readyz,
             *build_browser_routes(settings, connections, issuer, jwks),
+            *(authorization_server.route_handlers if authorization_server is not None else []),
             *observability,
         ],
         lifespan=[lifespan],

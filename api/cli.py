@@ -1,4 +1,5 @@
-"""The ``coatcheck`` command: serve, migrate, seed-demo, catalog, keys rotate, purge, audit, connections revoke, dev."""
+"""The ``coatcheck`` command: serve, migrate, seed-demo, catalog, keys rotate, purge, audit, connections revoke,
+grants revoke, dev."""
 
 import argparse
 import logging
@@ -62,6 +63,12 @@ def _connections_revoke(args: argparse.Namespace) -> None:
     from api.commands.connections import run
 
     raise SystemExit(run(args, _settings()))
+
+
+def _grants_revoke(args: argparse.Namespace) -> None:
+    from api.commands.grants import run
+
+    raise SystemExit(run(args))
 
 
 def _seed_demo(_: argparse.Namespace) -> None:
@@ -141,6 +148,14 @@ def main(argv: list[str] | None = None) -> None:
     revoke = connections.add_parser("revoke", help="revoke a user's connections upstream and forget them (audited)")
     connections_command.add_arguments(revoke)
     revoke.set_defaults(run=_connections_revoke)
+    from api.commands import grants as grants_command
+
+    grants = commands.add_parser(
+        "grants", help="act on what users authorised MCP clients to do (authorization-server mode)"
+    ).add_subparsers(dest="grants_command", required=True)
+    revoke_grants = grants.add_parser("revoke", help="revoke grants on every replica within a second (audited)")
+    grants_command.add_arguments(revoke_grants)
+    revoke_grants.set_defaults(run=_grants_revoke)
     purge_command.register(commands)
     dev = commands.add_parser(
         "dev", help="DEVELOPMENT ONLY: PostgreSQL, the dev IdP, migrate, seed and serve in one command"

@@ -404,6 +404,39 @@ class Settings(RetentionSettings, VaultKeySettings):
         "empty: forwarded headers are ignored and logs show the peer's address.",
     )
 
+    # Authorization-server mode (api/authserver, docs/authorization-server.md). Off by default.
+    auth_mode: Literal["resource-server", "authorization-server"] = Field(
+        default="resource-server",
+        description="resource-server: accept access tokens from OIDC_ISSUER; authorization-server: Coatcheck is "
+        "the MCP clients' OAuth authorization server and signs users in at OIDC_ISSUER.",
+    )
+    as_signing_keys: SecretStr | None = Field(
+        default=None,
+        description="Authorization-server mode only, and required there: comma-separated secrets (>= 32 bytes), "
+        "each deriving one ES256 key; the first signs access tokens, all verify and are published in the JWKS.",
+    )
+    as_access_token_seconds: int = Field(
+        default=300, ge=30, le=3600, description="Lifetime of the access tokens Coatcheck issues."
+    )
+    as_refresh_token_days: int = Field(
+        default=30, ge=1, le=365, description="Lifetime of a refresh token (each use rotates it)."
+    )
+    as_clients: str | None = Field(
+        default=None,
+        description="Pre-registered clients, as a JSON list of {client_id, redirect_uris, client_name?, "
+        "client_secret_env?}.",
+    )
+    as_registrations_per_minute: int = Field(
+        default=20, ge=0, le=10000, description="Dynamic client registrations accepted per minute (0: none)."
+    )
+    as_cimd_timeout_seconds: float = Field(
+        default=5.0, gt=0, le=30, description="How long fetching a client metadata document (CIMD) may take."
+    )
+    as_cimd_allow_loopback: bool = Field(
+        default=False,
+        description="DEVELOPMENT ONLY: also fetch client metadata documents from http URLs on loopback addresses.",
+    )
+
     @field_validator(
         "allowed_hosts",
         "allowed_origins",
@@ -572,6 +605,36 @@ class Settings(RetentionSettings, VaultKeySettings):
         )
         return source
 
+    @field_validator("auth_mode", mode="before")
+    @classmethod
+    def _lowercase_auth_mode(cls, value: object) -> object:
+        return value.strip().lower() if isinstance(value, str) else value
+
+    @field_validator("as_signing_keys")
+    @classmethod
+    def _signing_keys(cls, value: SecretStr | None) -> SecretStr | None:
+        return None if value is None else KeyRing("AS_SIGNING_KEYS", value.get_secret_value())
+
+    @field_validator("as_clients")
+    @classmethod
+    def _as_clients(cls, value: str | None) -> str | None:
+        from api.authserver.clients import parse_static_clients
+
+        if value:
+            parse_static_clients(value)  # refuse a bad list at start-up; read again when the app is built
+        return value or None
+
+    @model_validator(mode="after")
+    def _authorization_server_keys(self) -> Self:
+        if self.auth_mode != "authorization-server":
+            return self
+        if self.as_signing_keys is None:
+            raise ValueError(f"AS_SIGNING_KEYS is not set (AUTH_MODE=authorization-server needs it); {_GENERATE_HINT}")
+        for key in self.signing_key_ring:
+            if key in self.state_key_ring or key in self.token_key_ring:
+                raise ValueError("AS_SIGNING_KEYS shares a key with another ring; each ring needs keys of its own")
+        return self
+
     @model_validator(mode="after")
     def _one_provider_source(self) -> Self:
         if self.providers_file and self.providers:
@@ -606,6 +669,18 @@ class Settings(RetentionSettings, VaultKeySettings):
     def introspection_enabled(self) -> bool:
         """Whether opaque access tokens are checked by RFC 7662 introspection."""
         return self.oidc_introspection_client_id is not None
+
+    @property
+    def signing_key_ring(self) -> list[bytes]:
+        """The authorization server's signing ring, newest first (authorization-server mode only)."""
+        if self.as_signing_keys is None:
+            raise LookupError("AS_SIGNING_KEYS is not set")
+        return _ring(self.as_signing_keys)
+
+    @property
+    def authorization_server_url(self) -> str:
+        """The issuer MCP clients get their tokens from: Coatcheck itself in authorization-server mode."""
+        return self.public_url if self.auth_mode == "authorization-server" else self.oidc_issuer
 
     @property
     def mcp_resource_url(self) -> str:

@@ -52,7 +52,7 @@ def build_mcp_server(
         instructions=INSTRUCTIONS,
         token_verifier=verifier,
         auth=AuthSettings(
-            issuer_url=settings.oidc_issuer,  # type: ignore[arg-type]  # pydantic coerces the str
+            issuer_url=settings.authorization_server_url,  # type: ignore[arg-type]  # pydantic coerces the str
             resource_server_url=settings.mcp_resource_url,  # type: ignore[arg-type]
             # The verifier checks the audience itself (with RFC 8707 case rules), so the SDK need not.
             validate_token_resource=False,

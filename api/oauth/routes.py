@@ -130,8 +130,11 @@ def browser_routes(connections: Connections, login: OidcLogin, sessions: Browser
         except LoginFailed as exc:
             logger.info("browser sign-in failed: %s", exc)
             return _clearing(pages.login_failed(), jar.clear(LOGIN))
+        # A sign-in started by the authorization server's pages returns to that page (a path of ours,
+        # sealed in the login cookie); otherwise to the connect link.
+        back_to = pending.flow if pending.flow.startswith("/oauth/") else f"/connect/{pending.flow}"
         return pages.redirect(
-            f"{connections.public_url}/connect/{pending.flow}",
+            f"{connections.public_url}{back_to}",
             cookies=[await sessions.start(person), jar.clear(LOGIN)],
         )
 

@@ -1,0 +1,70 @@
+"""Unauthenticated hostile requests against a real ``coatcheck serve``: each gets its plain answer and at most
+one quiet log line, never a traceback (log volume an attacker could buy per request)."""
+
+import base64
+import json
+import socket
+import time
+from collections.abc import Iterator
+
+import httpx2
+import pytest
+
+from tests.support.server import RunningServer, run_server
+from tests.support.waiting import free_port, wait_until
+from tests.support.wire import modern_request
+
+BODY_TIMEOUT = 1.0
+
+
+def _b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+def _unsigned_token(payload: str, header: str = '{"alg":"RS256","kid":"k1","typ":"JWT"}') -> str:
+    return f"{_b64(header.encode())}.{_b64(payload.encode())}.{_b64(b'not-a-signature')}"
+
+
+def _deep(depth: int) -> str:
+    return '{"sub":' + "[" * depth + "]" * depth + "}"
+
+
+class _LogTail:
+    """What a server logged from a point on (the session's server is shared with other tests)."""
+
+    def __init__(self, server: RunningServer) -> None:
+        self._server = server
+        self._start = len(server.log_text())
+
+    def text(self) -> str:
+        return self._server.log_text()[self._start :]
+
+
+def _mark(server: RunningServer, log: _LogTail) -> None:
+    """Wait until the log holds everything written so far: a request after it shows up in the access log."""
+    httpx2.get(f"{server.base_url}/healthz?mark", timeout=10.0)
+    wait_until(lambda: '"GET /healthz?[redacted]' in log.text(), timeout=5, what="the marker request's access line")
+
+
+def _post_with_token(server: RunningServer, token: str) -> httpx2.Response:
+    headers, body = modern_request("tools/list")
+    return httpx2.post(
+        server.mcp_url, headers={**headers, "Authorization": f"Bearer {token}"}, json=body, timeout=15.0
+    )
+
+
+@pytest.mark.parametrize(
+    "token",
+    [
+        pytest.param(_unsigned_token(_deep(1_000)), id="payload-1000-deep"),
+        pytest.param(_unsigned_token(_deep(15_000)), id="payload-15000-deep"),
+        pytest.param(_unsigned_token('{"sub":"x"}', header='{"alg":' + "[" * 5_000 + "]" * 5_000 + "}"), id="header"),
+    ],
+)
+def test_a_bearer_token_with_deeply_nested_json_gets_401_and_no_traceback(server: RunningServer, token: str) -> None:
+    log = _LogTail(server)
+    response = _post_with_token(server, token)
+    _mark(server, log)
+    assert response.status_code == 401
+    assert "Traceback" not in log.text()
+    assert "RecursionError" not in log.text()

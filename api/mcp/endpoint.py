@@ -14,10 +14,15 @@ The SDK speaks the protocol; this wrapper only adds the operator's policy around
   start OAuth discovery from a 401). Any other origin's preflight gets 403, and the SDK's Origin check
   still refuses its requests;
 * a request with no bearer credentials at all gets a bare ``401`` challenge: RFC 6750 §3.1 says no error
-  code then (the SDK would say ``invalid_token``, which it still does for a token that fails).
+  code then (the SDK would say ``invalid_token``, which it still does for a token that fails);
+* a client that goes away before its body has arrived (it closed the connection, or the body deadline of
+  :mod:`api.http_guard` closed it) ends the request with one DEBUG line: the SDK's transport raises
+  Starlette's ``ClientDisconnect`` from its body read, which would otherwise reach uvicorn as "Exception in
+  ASGI application" with three chained tracebacks, a log flood any unauthenticated client could buy.
 """
 
 import json
+import logging
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -25,8 +30,11 @@ from litestar.types import ASGIApp, HTTPResponseBodyEvent, HTTPResponseStartEven
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp_types import HEADER_MISMATCH, INVALID_REQUEST, UNSUPPORTED_PROTOCOL_VERSION
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
+from starlette.requests import ClientDisconnect
 
 from api.settings import Settings
+
+logger = logging.getLogger(__name__)
 
 _LOOPBACK = ("localhost", "127.0.0.1", "[::1]")
 _PROTOCOL_VERSION_META = "io.modelcontextprotocol/protocolVersion"
@@ -254,4 +262,8 @@ class McpEndpoint:
             await _send_challenge(send, self._resource_metadata_url)
             return
         scope["headers"] = [(name, value.strip(b" \t")) for name, value in scope["headers"]]
-        await self._sdk_app(scope, receive, send)
+        try:
+            await self._sdk_app(scope, receive, send)
+        except ClientDisconnect:
+            # Nobody is left to answer; whatever the SDK tried to send went nowhere (uvicorn drops it).
+            logger.debug("the client went away before its request body arrived")

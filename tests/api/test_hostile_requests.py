@@ -4,12 +4,12 @@ one quiet log line, never a traceback (log volume an attacker could buy per requ
 import base64
 import json
 import socket
-import time
 from collections.abc import Iterator
 
 import httpx2
 import pytest
 
+from tests.support.devidp import DevIdP
 from tests.support.server import RunningServer, run_server
 from tests.support.waiting import free_port, wait_until
 from tests.support.wire import modern_request
@@ -48,9 +48,7 @@ def _mark(server: RunningServer, log: _LogTail) -> None:
 
 def _post_with_token(server: RunningServer, token: str) -> httpx2.Response:
     headers, body = modern_request("tools/list")
-    return httpx2.post(
-        server.mcp_url, headers={**headers, "Authorization": f"Bearer {token}"}, json=body, timeout=15.0
-    )
+    return httpx2.post(server.mcp_url, headers={**headers, "Authorization": f"Bearer {token}"}, json=body, timeout=15.0)
 
 
 @pytest.mark.parametrize(
@@ -68,3 +66,42 @@ def test_a_bearer_token_with_deeply_nested_json_gets_401_and_no_traceback(server
     assert response.status_code == 401
     assert "Traceback" not in log.text()
     assert "RecursionError" not in log.text()
+
+
+@pytest.fixture(scope="module")
+def short_body_deadline(server_env: dict[str, str]) -> Iterator[RunningServer]:
+    port = free_port()
+    env = {**server_env, "BODY_READ_TIMEOUT_SECONDS": str(BODY_TIMEOUT)}
+    with run_server(env, port=port, public_url=f"http://127.0.0.1:{port}") as running:
+        yield running
+
+
+def _partial_post(server: RunningServer, token: str) -> bytes:
+    host = server.base_url.removeprefix("http://").encode()
+    headers, body = modern_request("tools/list")
+    raw = json.dumps(body).encode()
+    head = b"".join(f"{name}: {value}\r\n".encode() for name, value in headers.items())
+    return (
+        b"POST /mcp HTTP/1.1\r\nHost: " + host + b"\r\n" + head + b"Authorization: Bearer " + token.encode() + b"\r\n"
+        b"Content-Length: " + str(len(raw) + 100).encode() + b"\r\n\r\n" + raw[:10]
+    )
+
+
+@pytest.mark.parametrize("how", ["client-closes", "body-deadline"])
+async def test_a_client_gone_mid_body_is_logged_quietly_without_a_traceback(
+    short_body_deadline: RunningServer, devidp: DevIdP, how: str
+) -> None:
+    server = short_body_deadline
+    token = await devidp.token("gone-mid-body", resource=devidp.resources[0], audience=server.mcp_url)
+    log = _LogTail(server)
+    host, port = server.base_url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=10.0) as sock:
+        sock.sendall(_partial_post(server, token))
+        if how == "body-deadline":
+            assert sock.recv(4096).startswith(b"HTTP/1.1 408 ")  # blocks until the deadline closes it
+    _mark(server, log)
+    text = log.text()
+    assert "Exception in ASGI application" not in text
+    assert "Traceback" not in text
+    assert "ClientDisconnect" not in text
+    assert " ERROR " not in text

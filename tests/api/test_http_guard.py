@@ -167,7 +167,7 @@ class _Tricklers:
             sock = _connect(server)
             sock.sendall(_queued_slow_post(server))
             self.sockets.append(sock)
-            wait_until(lambda s=sock: _has_answered(s), timeout=10, what="the pipelined GET's answer")
+            _wait_for_answer(sock)
         self.closed_after: dict[int, float] = {}
         self._stop = threading.Event()
         self._started = time.monotonic()
@@ -203,11 +203,14 @@ class _Tricklers:
             sock.close()
 
 
-def _has_answered(sock: socket.socket) -> bool:
-    try:
-        return sock.recv(4096).startswith(b"HTTP/1.1 200 ")
-    except TimeoutError:
-        return False
+def _wait_for_answer(sock: socket.socket) -> None:
+    def answered() -> bool:
+        try:
+            return sock.recv(4096).startswith(b"HTTP/1.1 200 ")
+        except TimeoutError:
+            return False
+
+    wait_until(answered, timeout=10, what="the pipelined GET's answer")
 
 
 def test_pipelined_tricklers_cannot_hold_the_connection_cap_beyond_the_body_deadline(

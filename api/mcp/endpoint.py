@@ -217,6 +217,29 @@ def transport_security(settings: Settings) -> TransportSecuritySettings:
     return TransportSecuritySettings(enable_dns_rebinding_protection=True, allowed_hosts=hosts, allowed_origins=origins)
 
 
+def _listed(value: str, allowed: list[str]) -> bool:
+    """The SDK's rule for its allow-lists: an exact entry, or ``name:*`` for that name on any port."""
+    return value in allowed or any(entry.endswith(":*") and value.startswith(entry[:-1]) for entry in allowed)
+
+
+def foreign_request_refusal(
+    host: str | None, origin: str | None, security: TransportSecuritySettings
+) -> tuple[int, str] | None:
+    """The status and text the SDK's transport answers a request from a foreign Host or Origin, else ``None``.
+
+    For routes outside the SDK (``/metrics``) that must refuse DNS-rebinding pages exactly as ``/mcp`` does:
+    a ``Host`` not on the allow-list is ``421``, an ``Origin`` not on it is ``403`` (no ``Origin`` at all is a
+    same-origin or non-browser request, which is allowed).
+    """
+    if not security.enable_dns_rebinding_protection:
+        return None
+    if not host or not _listed(host, security.allowed_hosts):
+        return 421, "Invalid Host header"
+    if origin and not _listed(origin, security.allowed_origins):
+        return 403, "Invalid Origin header"
+    return None
+
+
 class McpEndpoint:
     """ASGI wrapper applying the edge policy above, then handing the request to the SDK's app."""
 

@@ -26,7 +26,12 @@ from api.database import database_from
 from api.draining import Drain
 from api.jose import IssuerMetadata, JwksCache
 from api.logs import install_access_log_redaction, principal_digest_key
-from api.mcp.endpoint import McpEndpoint, foreign_request_refusal, transport_security
+from api.mcp.endpoint import (
+    McpEndpoint,
+    foreign_request_refusal,
+    install_quiet_client_disconnects,
+    transport_security,
+)
 from api.mcp.observer import ToolCallObserver
 from api.mcp.server import build_mcp_server
 from api.metrics import Metrics
@@ -103,6 +108,7 @@ def create_app(
         transport_security=security,
         max_request_body_size=settings.max_request_body_bytes,
     )
+    install_quiet_client_disconnects()
     endpoint = McpEndpoint(
         mcp_asgi,  # type: ignore[arg-type]  # a Starlette app is an ASGI app
         body_limit=settings.max_request_body_bytes,

@@ -16,9 +16,11 @@ The SDK speaks the protocol; this wrapper only adds the operator's policy around
 * a request with no bearer credentials at all gets a bare ``401`` challenge: RFC 6750 §3.1 says no error
   code then (the SDK would say ``invalid_token``, which it still does for a token that fails);
 * a client that goes away before its body has arrived (it closed the connection, or the body deadline of
-  :mod:`api.http_guard` closed it) ends the request with one DEBUG line: the SDK's transport raises
-  Starlette's ``ClientDisconnect`` from its body read, which would otherwise reach uvicorn as "Exception in
-  ASGI application" with three chained tracebacks, a log flood any unauthenticated client could buy.
+  :mod:`api.http_guard` closed it) ends the request with one DEBUG line. The SDK's body read raises
+  Starlette's ``ClientDisconnect``: its 2026-07-28 lane lets it reach uvicorn as "Exception in ASGI
+  application" with three chained tracebacks (caught here), its handshake-era lane logs it itself as
+  "Error handling POST request" with a traceback (that record is dropped by
+  :func:`install_quiet_client_disconnects`). Either would be a log flood any client could buy.
 """
 
 import json
@@ -240,6 +242,27 @@ def foreign_request_refusal(
     return None
 
 
+_GONE = "the client went away before its request body arrived"
+_LEGACY_TRANSPORT_LOGGER = "mcp.server.streamable_http"  # the SDK's handshake-era transport
+
+
+class _QuietClientDisconnect(logging.Filter):
+    """Replace the legacy transport's error record for a ``ClientDisconnect`` with one DEBUG line of ours."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info is not None and isinstance(record.exc_info[1], ClientDisconnect):
+            logger.debug(_GONE)
+            return False
+        return True
+
+
+def install_quiet_client_disconnects() -> None:
+    """Attach :class:`_QuietClientDisconnect` to the SDK's legacy transport logger, once per process."""
+    sdk_logger = logging.getLogger(_LEGACY_TRANSPORT_LOGGER)
+    if not any(isinstance(f, _QuietClientDisconnect) for f in sdk_logger.filters):
+        sdk_logger.addFilter(_QuietClientDisconnect())
+
+
 class McpEndpoint:
     """ASGI wrapper applying the edge policy above, then handing the request to the SDK's app."""
 
@@ -289,4 +312,4 @@ class McpEndpoint:
             await self._sdk_app(scope, receive, send)
         except ClientDisconnect:
             # Nobody is left to answer; whatever the SDK tried to send went nowhere (uvicorn drops it).
-            logger.debug("the client went away before its request body arrived")
+            logger.debug(_GONE)

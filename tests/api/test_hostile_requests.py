@@ -12,7 +12,7 @@ import pytest
 from tests.support.devidp import DevIdP
 from tests.support.server import RunningServer, run_server
 from tests.support.waiting import free_port, wait_until
-from tests.support.wire import modern_request
+from tests.support.wire import PROTOCOL_VERSION, modern_request
 
 BODY_TIMEOUT = 1.0
 
@@ -76,9 +76,10 @@ def short_body_deadline(server_env: dict[str, str]) -> Iterator[RunningServer]:
         yield running
 
 
-def _partial_post(server: RunningServer, token: str) -> bytes:
+def _partial_post(server: RunningServer, token: str, protocol_version: str) -> bytes:
     host = server.base_url.removeprefix("http://").encode()
     headers, body = modern_request("tools/list")
+    headers["MCP-Protocol-Version"] = protocol_version
     raw = json.dumps(body).encode()
     head = b"".join(f"{name}: {value}\r\n".encode() for name, value in headers.items())
     return (
@@ -87,16 +88,17 @@ def _partial_post(server: RunningServer, token: str) -> bytes:
     )
 
 
+@pytest.mark.parametrize("protocol_version", [PROTOCOL_VERSION, "2025-11-25"])  # both of the SDK's lanes
 @pytest.mark.parametrize("how", ["client-closes", "body-deadline"])
 async def test_a_client_gone_mid_body_is_logged_quietly_without_a_traceback(
-    short_body_deadline: RunningServer, devidp: DevIdP, how: str
+    short_body_deadline: RunningServer, devidp: DevIdP, how: str, protocol_version: str
 ) -> None:
     server = short_body_deadline
     token = await devidp.token("gone-mid-body", resource=devidp.resources[0], audience=server.mcp_url)
     log = _LogTail(server)
     host, port = server.base_url.removeprefix("http://").split(":")
     with socket.create_connection((host, int(port)), timeout=10.0) as sock:
-        sock.sendall(_partial_post(server, token))
+        sock.sendall(_partial_post(server, token, protocol_version))
         if how == "body-deadline":
             assert sock.recv(4096).startswith(b"HTTP/1.1 408 ")  # blocks until the deadline closes it
     _mark(server, log)

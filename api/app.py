@@ -31,7 +31,12 @@ from api.introspection import TokenIntrospection
 from api.jose import IssuerMetadata, JwksCache
 from api.logs import install_access_log_redaction, principal_digest_key
 from api.mcp.auth_errors import answer_verifier_outages
-from api.mcp.endpoint import McpEndpoint, transport_security
+from api.mcp.endpoint import (
+    McpEndpoint,
+    foreign_request_refusal,
+    install_quiet_client_disconnects,
+    transport_security,
+)
 from api.mcp.observer import ToolCallObserver
 from api.mcp.server import build_mcp_server
 from api.metrics import Metrics
@@ -136,14 +141,17 @@ def create_app(
     )
     if configure_mcp is not None:
         configure_mcp(mcp)
+    # One Host/Origin allow-list for /mcp (the SDK enforces it) and /metrics (enforced below).
+    security = transport_security(settings)
     mcp_asgi = mcp.streamable_http_app(
         streamable_http_path="/",
         stateless_http=True,
         json_response=settings.mcp_json_response,
-        transport_security=transport_security(settings),
+        transport_security=security,
         max_request_body_size=settings.max_request_body_bytes,
     )
     answer_verifier_outages(mcp_asgi)  # an IdP that cannot answer about a token: 503, not 401 or 500
+    install_quiet_client_disconnects()
     endpoint = McpEndpoint(
         mcp_asgi,  # type: ignore[arg-type]  # a Starlette app is an ASGI app
         body_limit=settings.max_request_body_bytes,
@@ -194,7 +202,12 @@ def create_app(
     if metrics is not None:
 
         @get("/metrics", sync_to_thread=False, include_in_schema=False)
-        def metrics_endpoint() -> Response[bytes]:
+        def metrics_endpoint(request: Request[Any, Any, Any]) -> Response[bytes]:
+            # A DNS-rebinding page reaches this port under its own host name: refuse it as /mcp does.
+            refusal = foreign_request_refusal(request.headers.get("host"), request.headers.get("origin"), security)
+            if refusal is not None:
+                status, text = refusal
+                return Response(text.encode(), status_code=status, media_type="text/plain")
             return Response(metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
 
         observability.append(metrics_endpoint)

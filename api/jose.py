@@ -233,11 +233,15 @@ def is_compact_jws(token: str) -> bool:
 
 
 def _unverified(token: str) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The header and claims of a compact JWS, unverified."""
+    """The header and claims of a compact JWS, unverified.
+
+    Anyone can send a token, so its JSON may be hostile: nesting deeper than the parser's recursion limit
+    raises ``RecursionError`` (in the header or the payload), which is a malformed token like any other.
+    """
     try:
         compact = extract_compact(token.encode())
         claims = json.loads(compact.payload)
-    except (JoseError, ValueError, TypeError):
+    except (JoseError, ValueError, TypeError, RecursionError):
         raise JwtRejected("malformed") from None
     if not isinstance(claims, dict):
         raise JwtRejected("malformed")

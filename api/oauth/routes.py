@@ -26,7 +26,6 @@ drops every query string (:class:`api.logs.RedactQueryStrings`).
 
 import hmac
 import logging
-import re
 from typing import Annotated, Any
 
 from litestar import Request, Response, get
@@ -36,7 +35,7 @@ from litestar.params import PathParameter, QueryParameter
 
 from api.oauth import pages
 from api.oauth.browser_sessions import BrowserSessions
-from api.oauth.client import OAuthFailure, new_code_verifier, new_secret
+from api.oauth.client import OAuthFailure, new_code_verifier, new_secret, provider_error_code
 from api.oauth.login import LoginFailed, OidcLogin
 from api.oauth.providers import ProviderUnavailable
 from api.oauth.service import Connections
@@ -52,11 +51,6 @@ LOGIN_CALLBACK_PATH = "/oauth/login/callback"
 StateParam = Annotated[str | None, QueryParameter(name="state")]
 # Declared explicitly: Litestar deprecates inferring where a handler argument comes from.
 QueryParam = Annotated[str | None, QueryParameter()]
-_ERROR_CODE = re.compile(r"[a-z_]{1,40}")
-
-
-def _error_code(value: str) -> str:
-    return value if _ERROR_CODE.fullmatch(value) else "provider_error"
 
 
 def _clearing(response: Response[str], cookie: Cookie) -> Response[str]:
@@ -123,7 +117,8 @@ def browser_routes(connections: Connections, login: OidcLogin, sessions: Browser
                 jar.clear(LOGIN),
             )
         if error or not code or (iss is not None and iss != login.issuer):
-            logger.info("browser sign-in did not complete: %s", _error_code(error) if error else "no code or bad iss")
+            reason = provider_error_code(error) if error else "no code or bad iss"
+            logger.info("browser sign-in did not complete: %s", reason)
             return _clearing(pages.login_failed(), jar.clear(LOGIN))
         try:
             person = await login.complete(code=code, code_verifier=pending.code_verifier, nonce=pending.nonce)
@@ -177,7 +172,7 @@ def browser_routes(connections: Connections, login: OidcLogin, sessions: Browser
             await connections.fail(flow, "failed", "unknown_provider")
             return pages.failed(flow.provider)
         if error:
-            code_ = _error_code(error)
+            code_ = provider_error_code(error)
             if code_ == "access_denied":
                 await connections.fail(flow, "denied", code_)
                 return pages.denied(provider.label)

@@ -16,22 +16,33 @@ from litestar import Litestar, Request, Response, get, route
 from litestar.datastructures import State
 from litestar.handlers import BaseRouteHandler, asgi
 from litestar.types import Receive, Scope, Send
+from mcp.server.auth.provider import TokenVerifier
 from mcp.server.mcpserver import MCPServer
 from opentelemetry.trace import TracerProvider
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from api.auth import JwtVerifier
+from api.auth import Audiences, BearerVerifier, JwtVerifier
+from api.authserver.clients import DEFAULT_SCOPE as AS_SCOPE
+from api.authserver.setup import build_authorization_server
 from api.commands.purge import RetentionPolicy, purge_periodically
 from api.database import database_from
 from api.draining import Drain
 from api.durability import SyncStandbyCheck
+from api.introspection import TokenIntrospection
 from api.jose import IssuerMetadata, JwksCache
 from api.logs import install_access_log_redaction, principal_digest_key
-from api.mcp.endpoint import McpEndpoint, transport_security
+from api.mcp.auth_errors import answer_verifier_outages
+from api.mcp.endpoint import (
+    McpEndpoint,
+    foreign_request_refusal,
+    install_quiet_client_disconnects,
+    transport_security,
+)
 from api.mcp.observer import ToolCallObserver
 from api.mcp.server import build_mcp_server
 from api.metrics import Metrics
-from api.oauth.setup import build_browser_routes, build_connections
+from api.oauth.browser_sessions import BrowserSessions
+from api.oauth.setup import browser_login, build_browser_routes, build_connections, cookie_jar
 from api.request_id import request_id_middleware
 from api.search_health import SearchHealth
 from api.settings import Settings
@@ -51,14 +62,35 @@ METADATA_PREFLIGHT_HEADERS = {
 
 
 def protected_resource_metadata(settings: Settings) -> dict[str, object]:
-    """The RFC 9728 document describing the MCP endpoint as an OAuth protected resource."""
+    """The RFC 9728 document describing the MCP endpoint as an OAuth protected resource.
+
+    In authorization-server mode it names Coatcheck itself as the authorization server.
+    """
+    as_mode = settings.auth_mode == "authorization-server"
     return {
         "resource": settings.mcp_resource_url,
-        "authorization_servers": [settings.oidc_issuer],
+        "authorization_servers": [settings.authorization_server_url],
         "bearer_methods_supported": ["header"],
-        "scopes_supported": ["openid"],
+        "scopes_supported": [AS_SCOPE] if as_mode else list(settings.mcp_scopes),
         "resource_name": "Coatcheck",
     }
+
+
+def _introspection(settings: Settings, issuer: IssuerMetadata, http: httpx2.AsyncClient) -> TokenIntrospection | None:
+    """RFC 7662 introspection of opaque access tokens, when ``OIDC_INTROSPECTION_CLIENT_ID`` turns it on."""
+    if settings.oidc_introspection_client_id is None or settings.oidc_introspection_client_secret is None:
+        return None
+    return TokenIntrospection(
+        issuer=issuer,
+        http=http,
+        client_id=settings.oidc_introspection_client_id,
+        client_secret=settings.oidc_introspection_client_secret.get_secret_value(),
+        audiences=Audiences(settings.mcp_resource_url, tuple(settings.oidc_extra_audiences)),
+        leeway=settings.jwt_leeway_seconds,
+        cache_seconds=settings.oidc_introspection_cache_seconds,
+        timeout=settings.oidc_introspection_timeout_seconds,
+        endpoint=settings.oidc_introspection_url,
+    )
 
 
 def create_app(
@@ -84,26 +116,45 @@ def create_app(
     http = httpx2.AsyncClient(timeout=httpx2.Timeout(10.0), follow_redirects=False)
     issuer = IssuerMetadata(settings.oidc_issuer, http, internal_url=settings.oidc_issuer_internal_url)
     jwks = JwksCache(issuer, http, ttl=settings.jwks_cache_seconds)
-    verifier = JwtVerifier(
-        issuer=settings.oidc_issuer, resource=settings.mcp_resource_url, jwks=jwks, leeway=settings.jwt_leeway_seconds
+    verifier = BearerVerifier(
+        JwtVerifier(
+            issuer=settings.oidc_issuer,
+            resource=settings.mcp_resource_url,
+            jwks=jwks,
+            leeway=settings.jwt_leeway_seconds,
+            extra_audiences=tuple(settings.oidc_extra_audiences),
+        ),
+        _introspection(settings, issuer, http),
     )
     # Connections: the token vault's cipher, the provider registry, and the /connect + /oauth browser routes.
     connections = build_connections(
         settings, db, http, record_refresh=metrics.record_refresh if metrics is not None else None
     )
-    mcp = build_mcp_server(settings, db, verifier, connections)
+    # Authorization-server mode: Coatcheck issues the MCP tokens itself (api/authserver); off by default.
+    authorization_server = None
+    if settings.auth_mode == "authorization-server":
+        sessions = BrowserSessions(cookie_jar(settings), db)
+        authorization_server = build_authorization_server(
+            settings, db, login=browser_login(settings, issuer, jwks), sessions=sessions
+        )
+    mcp_verifier: TokenVerifier = verifier if authorization_server is None else authorization_server.verifier
+    mcp = build_mcp_server(settings, db, mcp_verifier, connections)
     mcp.middleware.append(
         ToolCallObserver(mcp, digest_key=principal_digest_key(settings.token_key_ring), metrics=metrics)
     )
     if configure_mcp is not None:
         configure_mcp(mcp)
+    # One Host/Origin allow-list for /mcp (the SDK enforces it) and /metrics (enforced below).
+    security = transport_security(settings)
     mcp_asgi = mcp.streamable_http_app(
         streamable_http_path="/",
         stateless_http=True,
         json_response=settings.mcp_json_response,
-        transport_security=transport_security(settings),
+        transport_security=security,
         max_request_body_size=settings.max_request_body_bytes,
     )
+    answer_verifier_outages(mcp_asgi)  # an IdP that cannot answer about a token: 503, not 401 or 500
+    install_quiet_client_disconnects()
     endpoint = McpEndpoint(
         mcp_asgi,  # type: ignore[arg-type]  # a Starlette app is an ASGI app
         body_limit=settings.max_request_body_bytes,
@@ -167,7 +218,12 @@ def create_app(
     if metrics is not None:
 
         @get("/metrics", sync_to_thread=False, include_in_schema=False)
-        def metrics_endpoint() -> Response[bytes]:
+        def metrics_endpoint(request: Request[Any, Any, Any]) -> Response[bytes]:
+            # A DNS-rebinding page reaches this port under its own host name: refuse it as /mcp does.
+            refusal = foreign_request_refusal(request.headers.get("host"), request.headers.get("origin"), security)
+            if refusal is not None:
+                status, text = refusal
+                return Response(text.encode(), status_code=status, media_type="text/plain")
             return Response(metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
 
         observability.append(metrics_endpoint)
@@ -187,6 +243,8 @@ def create_app(
                 ),
                 name="coatcheck-purge",
             )
+        if authorization_server is not None:
+            await authorization_server.start()
         checker = None
         if sync_check is not None:
             checker = asyncio.create_task(
@@ -196,6 +254,8 @@ def create_app(
             async with mcp.session_manager.run():
                 yield
         finally:
+            if authorization_server is not None:
+                await authorization_server.stop()
             for task in (purger, checker):
                 if task is not None:
                     task.cancel()
@@ -211,6 +271,7 @@ def create_app(
             healthz,
             readyz,
             *build_browser_routes(settings, connections, issuer, jwks),
+            *(authorization_server.route_handlers if authorization_server is not None else []),
             *observability,
         ],
         lifespan=[lifespan],

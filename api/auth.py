@@ -1,10 +1,12 @@
 """Bearer-token verification as an OAuth 2.1 resource server.
 
-Access tokens are JWTs (RS256 or ES256) from ``OIDC_ISSUER``, checked against the
-issuer's JWKS (cached; refetched when an unknown ``kid`` appears, at most once per
-``refetch_interval``), with ``iss`` equal to the issuer, an audience containing the
-MCP resource URL (RFC 8707), and ``exp``/``nbf`` within a small leeway. The principal
-is (issuer, subject); nothing else in the token or the request is identity.
+JWT access tokens from ``OIDC_ISSUER`` are checked here against the issuer's JWKS (cached;
+refetched when an unknown ``kid`` appears, at most once per ``refetch_interval``), with
+``iss`` equal to the issuer exactly as configured (a trailing slash is part of it), an
+audience containing the MCP resource URL (RFC 8707) or one of ``OIDC_EXTRA_AUDIENCES``,
+and ``exp``/``nbf`` within a small leeway. Opaque tokens go to RFC 7662 introspection
+(:mod:`api.introspection`) when it is configured. Either way the principal is (issuer,
+subject); nothing else in the token or the request is identity.
 """
 
 import hashlib
@@ -16,9 +18,9 @@ from urllib.parse import urlsplit, urlunsplit
 from joserfc.errors import ClaimError
 from joserfc.jwt import JWTClaimsRegistry
 from mcp.server.auth.middleware.auth_context import get_access_token
-from mcp.server.auth.provider import AccessToken
+from mcp.server.auth.provider import AccessToken, TokenVerifier
 
-from api.jose import JwksCache, JwtRejected, claim_failure, verify_signature
+from api.jose import JwksCache, JwtRejected, claim_failure, is_compact_jws, verify_signature
 from store.principal import Principal
 
 logger = logging.getLogger(__name__)
@@ -31,6 +33,32 @@ def canonical_resource(url: str) -> str:
     return urlunsplit((parts.scheme.lower(), netloc, parts.path.rstrip("/"), parts.query, ""))
 
 
+class Audiences:
+    """Which ``aud`` values make a token ours: the MCP resource URL, compared as an RFC 8707 resource URI
+    (case of scheme and host, a trailing slash), or one of the extra audiences, compared exactly.
+
+    An extra audience (Entra v2 puts the API's client ID in ``aud``) is not unique to this server: every
+    resource that accepts the same value accepts the same tokens (see docs/identity.md).
+    """
+
+    def __init__(self, resource: str, extra: tuple[str, ...] = ()) -> None:
+        self.resource = canonical_resource(resource)
+        self._extra = frozenset(extra)
+
+    def accepts(self, aud: object) -> bool:
+        """Whether the ``aud`` claim (a string or a list of them) names this server."""
+        values = aud if isinstance(aud, list) else [aud]
+        return any(isinstance(value, str) and self._names_us(value) for value in values)
+
+    def _names_us(self, value: str) -> bool:
+        if value in self._extra:
+            return True
+        try:
+            return canonical_resource(value) == self.resource
+        except ValueError:  # not a URL at all (urlsplit refuses e.g. "http://["): not ours
+            return False
+
+
 class JwtVerifier:
     """An ``mcp`` ``TokenVerifier`` for JWT access tokens issued for this server.
 
@@ -38,9 +66,19 @@ class JwtVerifier:
     small in-memory cache keyed by their SHA-256 digest; a hit still honours ``exp`` and ``nbf``.
     """
 
-    def __init__(self, *, issuer: str, resource: str, jwks: JwksCache, leeway: int, cache_size: int = 4096) -> None:
+    def __init__(
+        self,
+        *,
+        issuer: str,
+        resource: str,
+        jwks: JwksCache,
+        leeway: int,
+        extra_audiences: tuple[str, ...] = (),
+        cache_size: int = 4096,
+    ) -> None:
         self._issuer = issuer
-        self._resource = canonical_resource(resource)
+        self._audiences = Audiences(resource, extra_audiences)
+        self._resource = self._audiences.resource
         self._jwks = jwks
         self._leeway = leeway
         self._cache: OrderedDict[bytes, tuple[AccessToken, float]] = OrderedDict()
@@ -84,8 +122,7 @@ class JwtVerifier:
         except ClaimError as exc:
             logger.info("rejected bearer token: %s", claim_failure(exc))
             return None
-        audiences = claims["aud"] if isinstance(claims["aud"], list) else [claims["aud"]]
-        if not any(isinstance(a, str) and canonical_resource(a) == self._resource for a in audiences):
+        if not self._audiences.accepts(claims["aud"]):
             logger.info("rejected bearer token: audience is not this server")
             return None
         subject = claims["sub"]
@@ -103,6 +140,23 @@ class JwtVerifier:
             claims={"iss": claims["iss"]},
         )
         return access, not_before
+
+
+class BearerVerifier:
+    """The server's ``TokenVerifier``: JWTs are verified locally, anything else by introspection when configured.
+
+    Without introspection an opaque token is simply not valid here (``None``: 401).
+    """
+
+    def __init__(self, jwt: JwtVerifier, introspection: TokenVerifier | None = None) -> None:
+        self._jwt = jwt
+        self._introspection = introspection
+
+    async def verify_token(self, token: str) -> AccessToken | None:
+        """Return the verified token, or ``None``; introspection may raise when it cannot answer (a 503)."""
+        if self._introspection is not None and not is_compact_jws(token):
+            return await self._introspection.verify_token(token)
+        return await self._jwt.verify_token(token)
 
 
 def current_principal() -> Principal:

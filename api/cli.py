@@ -1,17 +1,15 @@
-"""The ``coatcheck`` command: serve, migrate, seed-demo, keys rotate, purge, audit, connections revoke, dev."""
+"""The ``coatcheck`` command: serve, migrate, seed-demo, catalog, keys rotate, purge, audit, connections revoke,
+grants revoke, dev."""
 
 import argparse
-import contextlib
 import logging
 import sys
-from typing import TYPE_CHECKING
 
+from api.commands import catalog as catalog_command
 from api.commands import purge as purge_command
 from api.commands.runner import load_settings, run_with_database
+from api.serving import configure_logging, run_http_server
 from api.settings import DatabaseSettings, Settings, VaultKeySettings
-
-if TYPE_CHECKING:
-    from litestar import Litestar
 
 logger = logging.getLogger("coatcheck")
 
@@ -23,67 +21,6 @@ def _settings() -> Settings:
 def _database_url_only() -> str:
     # migrate needs only the database, not the server's secrets.
     return load_settings(DatabaseSettings).database_url
-
-
-def configure_logging(settings: Settings) -> None:
-    """Root logging for the server process: one handler, ``LOG_FORMAT``, ``LOG_LEVEL`` for every logger."""
-    from api.logs import configure_logging as configure
-
-    configure(settings.log_level, settings.log_format)
-
-
-def _exit_after_sigterm(signum: int, frame: object) -> None:
-    # uvicorn restores the handler it found, then re-raises the SIGTERM it handled: landing here means the
-    # shutdown it ran has finished, so the process ends normally (exit status 0, not -15). Outside uvicorn's
-    # own handling (the instant before it starts) a SIGTERM also just ends the process.
-    del signum, frame
-    raise SystemExit(0)
-
-
-def run_http_server(app: "Litestar", settings: Settings, *, host: str, port: int) -> None:
-    """Serve ``app`` with uvicorn the way production does (also used by the test-only conformance profile).
-
-    On SIGTERM ``/readyz`` turns 503 for ``SHUTDOWN_DRAIN_SECONDS`` while requests are still served
-    (``api.draining``); then uvicorn stops accepting, lets in-flight requests run for up to
-    ``SHUTDOWN_TIMEOUT_SECONDS``, then cancels them and runs the app's shutdown; the process then exits 0.
-    Slow clients are cut off by :mod:`api.http_guard`; ``MAX_CONNECTIONS`` caps open connections plus
-    requests in progress (beyond it, requests get 503).
-    """
-    import signal
-
-    import uvicorn
-
-    from api.draining import Drain, DrainingServer
-    from api.gc_policy import freeze_startup_objects
-    from api.http_guard import guarded_protocol
-
-    configure_logging(settings)
-    freeze_startup_objects()  # keeps start-up objects out of every GC pass (the p99; see api/gc_policy.py)
-    config = uvicorn.Config(
-        app,
-        host=host,
-        port=port,
-        http=guarded_protocol(
-            header_timeout=settings.header_read_timeout_seconds,
-            body_timeout=settings.body_read_timeout_seconds,
-            max_header_bytes=settings.max_request_header_bytes,
-        ),
-        log_config=None,  # configure_logging owns every handler and format
-        log_level=settings.log_level.lower(),
-        timeout_graceful_shutdown=settings.shutdown_timeout_seconds,
-        timeout_keep_alive=settings.keep_alive_timeout_seconds,
-        limit_concurrency=settings.max_connections,
-        proxy_headers=bool(settings.forwarded_allow_ips),
-        forwarded_allow_ips=settings.forwarded_allow_ips or None,
-        server_header=False,
-    )
-    drain = app.state.get("drain")
-    server = DrainingServer(config, drain if isinstance(drain, Drain) else Drain(0))
-    signal.signal(signal.SIGTERM, _exit_after_sigterm)
-    with contextlib.suppress(KeyboardInterrupt):
-        server.run()
-    if not server.started:
-        raise SystemExit(3)  # uvicorn's own start-up failure status (port in use, lifespan failed)
 
 
 def _serve(args: argparse.Namespace) -> None:
@@ -126,6 +63,12 @@ def _connections_revoke(args: argparse.Namespace) -> None:
     from api.commands.connections import run
 
     raise SystemExit(run(args, _settings()))
+
+
+def _grants_revoke(args: argparse.Namespace) -> None:
+    from api.commands.grants import run
+
+    raise SystemExit(run(args))
 
 
 def _seed_demo(_: argparse.Namespace) -> None:
@@ -186,6 +129,7 @@ def main(argv: list[str] | None = None) -> None:
     migrate.add_argument("--check", action="store_true", help="change nothing; exit 1 unless the schema is at head")
     migrate.set_defaults(run=_migrate)
     commands.add_parser("seed-demo", help="load the demo catalog (idempotent)").set_defaults(run=_seed_demo)
+    catalog_command.register(commands)
     keys = commands.add_parser("keys", help="manage the token encryption keys").add_subparsers(
         dest="keys_command", required=True
     )
@@ -204,6 +148,14 @@ def main(argv: list[str] | None = None) -> None:
     revoke = connections.add_parser("revoke", help="revoke a user's connections upstream and forget them (audited)")
     connections_command.add_arguments(revoke)
     revoke.set_defaults(run=_connections_revoke)
+    from api.commands import grants as grants_command
+
+    grants = commands.add_parser(
+        "grants", help="act on what users authorised MCP clients to do (authorization-server mode)"
+    ).add_subparsers(dest="grants_command", required=True)
+    revoke_grants = grants.add_parser("revoke", help="revoke grants on every replica within a second (audited)")
+    grants_command.add_arguments(revoke_grants)
+    revoke_grants.set_defaults(run=_grants_revoke)
     purge_command.register(commands)
     dev = commands.add_parser(
         "dev", help="DEVELOPMENT ONLY: PostgreSQL, the dev IdP, migrate, seed and serve in one command"

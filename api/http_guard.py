@@ -7,7 +7,12 @@ subclass of uvicorn's httptools protocol that adds two deadlines and a size cap:
 * the request line and headers must be complete within ``header_timeout`` seconds of the connection
   opening (or of the first byte of the next request on a kept-alive connection), and may not exceed
   ``max_header_bytes``;
-* the body must be complete within ``body_timeout`` seconds of the headers.
+* the body must be complete within ``body_timeout`` seconds of the headers, or, for a request queued
+  behind another on a pipelined connection (HTTP/1.1 pipelining), of the moment its turn comes: uvicorn
+  stops reading while a request waits in its pipeline, so its clock starts when reading resumes for it.
+  Bytes of a body still arriving after its request was answered are read and discarded by uvicorn, and
+  each of them would reset its keep-alive timer; the body deadline stays armed through them, so a
+  trickle cannot hold the connection however it is timed.
 
 A request that misses a deadline gets ``408 Request Timeout`` (``431`` for oversized headers) unless it
 was answered already, and its connection is closed. The app then sees ``http.disconnect``. Hooks are
@@ -40,6 +45,9 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._header_bytes = 0
         self._request_bytes_seen = False
         self._refused = False  # the parser may still call back with the rest of the chunk; ignore it
+        # The request whose body is still arriving while it waits in uvicorn's pipeline: its body deadline
+        # is armed when uvicorn starts it (on_response_complete of the one before).
+        self._queued_body: object | None = None
 
     # -- deadlines ----------------------------------------------------------------------------------
 
@@ -116,7 +124,11 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         if self._refused:
             return
         super().on_headers_complete()
-        if not self.pipeline:  # a queued request's body is not read until its turn; no deadline yet
+        if self.pipeline and self.pipeline[0][0] is self.cycle:
+            # Queued behind an unanswered request: uvicorn paused reading, so its body's clock starts
+            # when its turn comes (on_response_complete), not now.
+            self._queued_body = self.cycle
+        else:
             self._arm(self.body_timeout, "body")
 
     def on_body(self, body: bytes) -> None:
@@ -125,12 +137,19 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
 
     def on_message_complete(self) -> None:
         self._disarm()
+        self._queued_body = None
         if not self._refused:
             super().on_message_complete()
 
     def on_response_complete(self) -> None:
         self._request_bytes_seen = False
+        starting = self.pipeline[-1][0] if self.pipeline else None  # the queued request uvicorn starts next
         super().on_response_complete()
+        if starting is not None and starting is self._queued_body and not self.transport.is_closing():
+            # Its body is still arriving: from now on it gets the same deadline as any other body.
+            self._queued_body = None
+            self._request_bytes_seen = True
+            self._arm(self.body_timeout, "body")
 
 
 def guarded_protocol(*, header_timeout: float, body_timeout: float, max_header_bytes: int) -> type[HttpToolsProtocol]:

@@ -17,12 +17,14 @@ Failures raise :class:`JwtRejected` whose message is a short reason (which check
 """
 
 import asyncio
+import base64
 import json
 import logging
 import math
 import time
 from collections.abc import Sequence
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx2
 from authlib.oidc.core import CodeIDToken  # type: ignore[import-untyped]
@@ -35,7 +37,6 @@ logger = logging.getLogger(__name__)
 
 ALGORITHMS = ("RS256", "ES256")
 DEFAULT_REFETCH_INTERVAL = 10.0
-_WELL_KNOWN = ("/.well-known/openid-configuration", "/.well-known/oauth-authorization-server")
 # Unregistered header parameters are tolerated, as authlib does for ID tokens: providers add their own.
 _REGISTRY = JWSRegistry(algorithms=list(ALGORITHMS), strict_check_header=False)
 
@@ -51,29 +52,57 @@ class IssuerUnavailable(Exception):  # noqa: N818 - reads as a state
         self.unreachable = unreachable
 
 
+def metadata_urls(issuer: str) -> tuple[str, str]:
+    """Where an issuer's metadata lives: OpenID discovery first, then RFC 8414.
+
+    OpenID Connect Discovery §4 appends ``/.well-known/openid-configuration`` to the issuer with any trailing
+    slash removed; RFC 8414 §3.1 inserts ``/.well-known/oauth-authorization-server`` between the host and the
+    issuer's path (its terminating slash removed). So ``https://tenant.auth0.com/`` and
+    ``https://tenant.auth0.com`` share both documents, and ``https://sso.example.com/realms/x`` has them at
+    ``…/realms/x/.well-known/openid-configuration`` and ``…/.well-known/oauth-authorization-server/realms/x``.
+    """
+    parts = urlsplit(issuer)
+    path = parts.path.rstrip("/")
+    origin = f"{parts.scheme}://{parts.netloc}"
+    return (
+        f"{origin}{path}/.well-known/openid-configuration",
+        f"{origin}/.well-known/oauth-authorization-server{path}",
+    )
+
+
 class IssuerMetadata:
     """An authorization server's metadata as this process reaches it.
 
-    Its metadata is fetched once (a failure is not cached). URLs are mapped between the public base, which
-    browsers and token claims use, and an optional internal base for server-to-server calls (containers that
-    cannot reach the public URL). An IdP that builds its metadata from the request's Host names the internal
-    base when asked through it, so browser-facing URLs are mapped back.
+    Its metadata is fetched once (a failure is not cached). The document's ``issuer`` must equal ``issuer``
+    exactly (RFC 8414 §3.3, OIDC Discovery §4.3), a trailing slash included, unless ``slash_insensitive`` (the
+    third-party providers' configuration, which drops it, asks for that).
+
+    URLs are mapped between the public base, which browsers and token claims use, and an optional internal
+    base for server-to-server calls (containers that cannot reach the public URL). An IdP that builds its
+    metadata from the request's Host names the internal base when asked through it, so browser-facing URLs
+    are mapped back.
     """
 
-    def __init__(self, issuer: str, http: httpx2.AsyncClient, internal_url: str | None = None) -> None:
+    def __init__(
+        self, issuer: str, http: httpx2.AsyncClient, internal_url: str | None = None, *, slash_insensitive: bool = False
+    ) -> None:
         self.issuer = issuer
-        self._base = internal_url or issuer
+        # URL mapping works on the bases without a trailing slash: "https://t.auth0.com/" maps like its origin.
+        self._public = issuer.rstrip("/")
+        self._base = (internal_url or issuer).rstrip("/")
+        self._fetch_from = internal_url or issuer
         self._http = http
+        self._slash_insensitive = slash_insensitive
         self._document: dict[str, Any] | None = None
         self._lock = asyncio.Lock()
 
     def server_facing(self, url: str) -> str:
         """``url`` with the public base swapped for the internal one."""
-        return self._base + url[len(self.issuer) :] if url.startswith(self.issuer + "/") else url
+        return self._base + url[len(self._public) :] if url.startswith(self._public + "/") else url
 
     def browser_facing(self, url: str) -> str:
         """``url`` with the internal base swapped for the public one."""
-        return self.issuer + url[len(self._base) :] if url.startswith(self._base + "/") else url
+        return self._public + url[len(self._base) :] if url.startswith(self._base + "/") else url
 
     async def document(self) -> dict[str, Any]:
         """The issuer's metadata (OpenID discovery, else RFC 8414).
@@ -88,10 +117,15 @@ class IssuerMetadata:
                 self._document = await self._fetch()
         return self._document
 
+    def _names_this_issuer(self, named: str) -> bool:
+        if self._slash_insensitive:
+            return named.rstrip("/") == self.issuer.rstrip("/")
+        return named == self.issuer
+
     async def _fetch(self) -> dict[str, Any]:
-        for suffix in _WELL_KNOWN:
+        for url in metadata_urls(self._fetch_from):
             try:
-                response = await self._http.get(self._base + suffix)
+                response = await self._http.get(url)
             except httpx2.HTTPError as exc:
                 raise IssuerUnavailable(
                     f"issuer metadata unavailable ({type(exc).__name__})", unreachable=True
@@ -103,9 +137,14 @@ class IssuerMetadata:
             except ValueError:
                 continue
             if isinstance(document, dict):
-                # Issuers compare as exact strings (RFC 8414 §3.3) apart from a trailing slash, which
-                # configuration drops.
-                if str(document.get("issuer", "")).rstrip("/") != self.issuer.rstrip("/"):
+                named = str(document.get("issuer", ""))
+                if not self._names_this_issuer(named):
+                    if named.rstrip("/") == self.issuer.rstrip("/"):
+                        # The commonest mistake, worth its own message: the slash is part of the issuer.
+                        raise IssuerUnavailable(
+                            f"issuer metadata names the issuer {named!r}, not {self.issuer!r}: issuers compare "
+                            "exactly, so write the trailing slash as the identity provider does"
+                        )
                     raise IssuerUnavailable("issuer metadata names another issuer")
                 return document
         raise IssuerUnavailable("issuer metadata not found")
@@ -159,7 +198,9 @@ class JwksCache:
                     except (JoseError, ValueError, TypeError):
                         continue  # a key type we do not use
                 self._keys = keys
-            except (httpx2.HTTPError, ValueError, KeyError, AttributeError, IssuerUnavailable) as exc:
+            except IssuerUnavailable as exc:  # its message is a reason worth reading (no secrets in it)
+                logger.warning("could not fetch the issuer's JWKS: %s", exc)
+            except (httpx2.HTTPError, ValueError, KeyError, AttributeError) as exc:
                 logger.warning("could not fetch the issuer's JWKS: %s", type(exc).__name__)
             finally:
                 # Even a failed fetch counts, so a flood of bad kids cannot hammer the issuer.
@@ -177,12 +218,30 @@ class JwtRejected(Exception):  # noqa: N818 - a verdict
         self.claim = claim
 
 
+def is_compact_jws(token: str) -> bool:
+    """Whether ``token`` has the shape of a compact JWS (three base64url parts, a JSON object header).
+
+    Tells a JWT access token (verified here) from an opaque one (introspected); says nothing of its validity.
+    """
+    if token.count(".") != 2:
+        return False
+    try:
+        header = json.loads(base64.urlsafe_b64decode(token.split(".", 1)[0] + "=="))
+    except (ValueError, TypeError):
+        return False
+    return isinstance(header, dict) and "alg" in header
+
+
 def _unverified(token: str) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The header and claims of a compact JWS, unverified."""
+    """The header and claims of a compact JWS, unverified.
+
+    Anyone can send a token, so its JSON may be hostile: nesting deeper than the parser's recursion limit
+    raises ``RecursionError`` (in the header or the payload), which is a malformed token like any other.
+    """
     try:
         compact = extract_compact(token.encode())
         claims = json.loads(compact.payload)
-    except (JoseError, ValueError, TypeError):
+    except (JoseError, ValueError, TypeError, RecursionError):
         raise JwtRejected("malformed") from None
     if not isinstance(claims, dict):
         raise JwtRejected("malformed")

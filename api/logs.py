@@ -1,7 +1,11 @@
 """Process logging: one handler and one format for every logger (uvicorn, Litestar, the SDK, httpx2, ours).
 
-``LOG_FORMAT=text`` writes ``time level logger [request id]: message``; ``LOG_FORMAT=json`` writes one JSON
-object a line with the same facts as fields, plus whatever structured fields a record carries (the tool
+``LOG_FORMAT=text`` writes ``time level logger [request id]: message``, every field with its control
+characters escaped (:func:`api.escaping.escape_controls`: a CR, LF or ANSI/OSC sequence in a request's
+method name or a provider's error string cannot forge a line or drive a terminal); a traceback follows on
+lines of its own, each indented, so a line that starts in the first column always starts a record.
+``LOG_FORMAT=json`` writes one JSON object a line (``json`` escapes every control and non-ASCII character)
+with the same facts as fields, plus whatever structured fields a record carries (the tool
 call line: ``tool``, ``outcome``, ``duration_ms``, ``principal``; access lines: ``client``, ``method``,
 ``path``, ``status``). ``LOG_LEVEL`` is the root level and every logger defers to it.
 
@@ -20,6 +24,7 @@ import time
 from contextvars import ContextVar
 from typing import Any, Literal
 
+from api.escaping import escape_controls
 from store.crypto import derive_key
 from store.principal import Principal
 
@@ -62,6 +67,38 @@ class _RequestContext(logging.Filter):
         return True
 
 
+class TextFormatter(logging.Formatter):
+    """``time level logger [request id]: message`` on one line, whatever the fields hold.
+
+    Every interpolated field is escaped, since any of them may carry outside text (a logger name does
+    not, but costs nothing to treat alike). An exception or stack follows on continuation lines indented
+    by two spaces, its control characters escaped but its line breaks kept.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(_TEXT_FORMAT)
+
+    def format(self, record: logging.LogRecord) -> str:
+        fields = {
+            "asctime": self.formatTime(record, self.datefmt),
+            "levelname": escape_controls(record.levelname),
+            "name": escape_controls(record.name),
+            "request_id": escape_controls(str(getattr(record, "request_id", None) or REQUEST_ID.get() or "-")),
+            "message": escape_controls(record.getMessage()),
+        }
+        line = _TEXT_FORMAT % fields
+        blocks = []
+        if record.exc_info:
+            blocks.append(self.formatException(record.exc_info))
+        elif record.exc_text:
+            blocks.append(record.exc_text)
+        if record.stack_info:
+            blocks.append(self.formatStack(record.stack_info))
+        for block in blocks:
+            line += "\n" + "\n".join("  " + part for part in escape_controls(block, keep_newlines=True).split("\n"))
+        return line
+
+
 class JsonFormatter(logging.Formatter):
     """One JSON object a line: time, level, logger, message, request id and the record's structured fields."""
 
@@ -101,7 +138,7 @@ def configure_logging(level: str, log_format: LogFormat = "text") -> None:
     Replaces whatever handlers the root logger had (``logging.basicConfig``, the SDK's, an earlier call).
     """
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(JsonFormatter() if log_format == "json" else logging.Formatter(_TEXT_FORMAT))
+    handler.setFormatter(JsonFormatter() if log_format == "json" else TextFormatter())
     handler.addFilter(_RequestContext())
     root = logging.getLogger()
     for old in list(root.handlers):

@@ -39,5 +39,5 @@ class SearchHealth:
             return INDEXED
         if not self._warned:
             self._warned = True
-            logger.warning("catalog_search is %s; README 'Catalog search' says how to add it", DEGRADED)
+            logger.warning("catalog_search is %s; docs/lists-and-search.md says how to add it", DEGRADED)
         return DEGRADED

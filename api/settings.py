@@ -12,7 +12,7 @@ from urllib.parse import urlsplit
 from pydantic import Field, SecretStr, ValidationError, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from api.oauth.providers import ProviderConfig, load_providers
+from api.provider_config import ProviderConfig, load_providers
 from api.secret_strength import MIN_SECRET_BITS, estimated_entropy_bits
 from store.db import async_database_url
 
@@ -126,7 +126,7 @@ class DatabaseSettings(BaseSettings):
         default=10,
         gt=0,
         le=1000,
-        description="Database connections per process, opened on demand and kept (see the README's connection budget).",
+        description="Database connections per process, opened on demand and kept (see docs/database.md).",
     )
     db_max_overflow: int = Field(
         default=0,
@@ -234,6 +234,39 @@ class Settings(RetentionSettings, VaultKeySettings):
     )
     oidc_client_secret: SecretStr = Field(description="The secret of OIDC_CLIENT_ID.")
 
+    oidc_extra_audiences: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="Comma-separated further `aud` values an access token may carry instead of <PUBLIC_URL>/mcp, "
+        "compared exactly (e.g. Entra v2's API client ID). Every resource that shares one accepts the same "
+        "tokens (docs/identity.md).",
+    )
+    mcp_scopes: Annotated[list[str], NoDecode] = Field(
+        default_factory=lambda: ["openid"],
+        description="Comma-separated scopes the protected-resource metadata names (scopes_supported): what MCP "
+        "clients ask the identity provider for. Entra and Okta need their API scope here (docs/identity.md).",
+    )
+    oidc_introspection_client_id: str | None = Field(
+        default=None,
+        description="Turns on RFC 7662 introspection for opaque (non-JWT) access tokens: Coatcheck's client at "
+        "OIDC_ISSUER that may call its introspection endpoint (HTTP Basic). Needs OIDC_INTROSPECTION_CLIENT_SECRET.",
+    )
+    oidc_introspection_client_secret: SecretStr | None = Field(
+        default=None, description="The secret of OIDC_INTROSPECTION_CLIENT_ID (no default)."
+    )
+    oidc_introspection_url: str | None = Field(
+        default=None,
+        description="The introspection endpoint; default: the introspection_endpoint of OIDC_ISSUER's metadata.",
+    )
+    oidc_introspection_cache_seconds: int = Field(
+        default=60,
+        ge=0,
+        le=3600,
+        description="How long an introspection answer is reused (never past the token's exp); 0: ask every time. "
+        "A token revoked at the IdP keeps working here for up to this long.",
+    )
+    oidc_introspection_timeout_seconds: float = Field(
+        default=5.0, gt=0, le=30, description="How long a request waits for the introspection endpoint (then 503)."
+    )
     oidc_issuer_internal_url: str | None = Field(
         default=None,
         description="Fetch the issuer's metadata and keys through this base URL instead of OIDC_ISSUER "
@@ -383,7 +416,48 @@ class Settings(RetentionSettings, VaultKeySettings):
         "empty: forwarded headers are ignored and logs show the peer's address.",
     )
 
-    @field_validator("allowed_hosts", "allowed_origins", "cors_allowed_origins", "forwarded_allow_ips", mode="before")
+    # Authorization-server mode (api/authserver, docs/authorization-server.md). Off by default.
+    auth_mode: Literal["resource-server", "authorization-server"] = Field(
+        default="resource-server",
+        description="resource-server: accept access tokens from OIDC_ISSUER; authorization-server: Coatcheck is "
+        "the MCP clients' OAuth authorization server and signs users in at OIDC_ISSUER.",
+    )
+    as_signing_keys: SecretStr | None = Field(
+        default=None,
+        description="Authorization-server mode only, and required there: comma-separated secrets (>= 32 bytes), "
+        "each deriving one ES256 key; the first signs access tokens, all verify and are published in the JWKS.",
+    )
+    as_access_token_seconds: int = Field(
+        default=300, ge=30, le=3600, description="Lifetime of the access tokens Coatcheck issues."
+    )
+    as_refresh_token_days: int = Field(
+        default=30, ge=1, le=365, description="Lifetime of a refresh token (each use rotates it)."
+    )
+    as_clients: str | None = Field(
+        default=None,
+        description="Pre-registered clients, as a JSON list of {client_id, redirect_uris, client_name?, "
+        "client_secret_env?}.",
+    )
+    as_registrations_per_minute: int = Field(
+        default=20, ge=0, le=10000, description="Dynamic client registrations accepted per minute (0: none)."
+    )
+    as_cimd_timeout_seconds: float = Field(
+        default=5.0, gt=0, le=30, description="How long fetching a client metadata document (CIMD) may take."
+    )
+    as_cimd_allow_loopback: bool = Field(
+        default=False,
+        description="DEVELOPMENT ONLY: also fetch client metadata documents from http URLs on loopback addresses.",
+    )
+
+    @field_validator(
+        "allowed_hosts",
+        "allowed_origins",
+        "cors_allowed_origins",
+        "forwarded_allow_ips",
+        "oidc_extra_audiences",
+        "mcp_scopes",
+        mode="before",
+    )
     @classmethod
     def _csv(cls, value: object) -> object:
         return _split_csv(value)
@@ -446,9 +520,73 @@ class Settings(RetentionSettings, VaultKeySettings):
     @field_validator("oidc_issuer")
     @classmethod
     def _issuer(cls, value: str) -> str:
-        # Issuers compare as exact strings (RFC 8414); keep what the operator wrote minus a trailing slash.
+        # Issuers compare as exact strings (RFC 8414 §3.3, OIDC Discovery §4.3): keep exactly what the operator
+        # wrote, a trailing slash included (Auth0's issuer has one, Keycloak's and Entra's do not).
         _normalise_base_url("OIDC_ISSUER", value)
-        return value.rstrip("/")
+        if value != value.strip() or value.endswith("//"):
+            raise ValueError("OIDC_ISSUER must be written exactly as the identity provider's `iss`, without spaces")
+        return value
+
+    @field_validator("oidc_extra_audiences")
+    @classmethod
+    def _extra_audiences(cls, value: list[str]) -> list[str]:
+        for position, audience in enumerate(value, start=1):
+            if any(char.isspace() for char in audience):
+                raise ValueError(f"OIDC_EXTRA_AUDIENCES: entry #{position} contains whitespace")
+        return value
+
+    @field_validator("mcp_scopes")
+    @classmethod
+    def _mcp_scopes(cls, value: list[str]) -> list[str]:
+        # RFC 6749 §3.3 scope tokens: printable ASCII without space, double quote or backslash.
+        for position, scope in enumerate(value, start=1):
+            if not all(0x21 <= ord(char) <= 0x7E and char not in '"\\' for char in scope):
+                raise ValueError(f"MCP_SCOPES: entry #{position} is not a valid scope token")
+        if not value:
+            raise ValueError("MCP_SCOPES is empty: name at least one scope (e.g. openid)")
+        return value
+
+    @field_validator("oidc_introspection_url")
+    @classmethod
+    def _introspection_url(cls, value: str | None) -> str | None:
+        if not value:
+            return None
+        parts = urlsplit(value)
+        if parts.scheme not in {"http", "https"} or not parts.hostname or parts.fragment:
+            raise ValueError("OIDC_INTROSPECTION_URL must be an absolute http(s) URL without a fragment")
+        return value
+
+    @field_validator("oidc_introspection_client_id")
+    @classmethod
+    def _introspection_client_id(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        return value.strip() or None
+
+    @field_validator("oidc_introspection_client_secret")
+    @classmethod
+    def _introspection_secret(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is None:
+            return None
+        if not value.get_secret_value().strip():
+            raise ValueError("OIDC_INTROSPECTION_CLIENT_SECRET is empty")
+        # Issued by the identity provider, like OIDC_CLIENT_SECRET: no length rule, only how guessable it is.
+        check_secret_strength("OIDC_INTROSPECTION_CLIENT_SECRET", value.get_secret_value().strip())
+        return value
+
+    @model_validator(mode="after")
+    def _introspection_complete(self) -> Self:
+        client_id, secret = self.oidc_introspection_client_id, self.oidc_introspection_client_secret
+        if client_id is not None and secret is None:
+            raise ValueError("OIDC_INTROSPECTION_CLIENT_ID is set but OIDC_INTROSPECTION_CLIENT_SECRET is not")
+        if client_id is None and secret is not None:
+            raise ValueError("OIDC_INTROSPECTION_CLIENT_SECRET is set but OIDC_INTROSPECTION_CLIENT_ID is not")
+        if client_id is None and self.oidc_introspection_url is not None:
+            raise ValueError(
+                "OIDC_INTROSPECTION_URL is set but OIDC_INTROSPECTION_CLIENT_ID and "
+                "OIDC_INTROSPECTION_CLIENT_SECRET are not: introspection needs client credentials"
+            )
+        return self
 
     @field_validator("oidc_issuer_internal_url")
     @classmethod
@@ -479,6 +617,36 @@ class Settings(RetentionSettings, VaultKeySettings):
         )
         return source
 
+    @field_validator("auth_mode", mode="before")
+    @classmethod
+    def _lowercase_auth_mode(cls, value: object) -> object:
+        return value.strip().lower() if isinstance(value, str) else value
+
+    @field_validator("as_signing_keys")
+    @classmethod
+    def _signing_keys(cls, value: SecretStr | None) -> SecretStr | None:
+        return None if value is None else KeyRing("AS_SIGNING_KEYS", value.get_secret_value())
+
+    @field_validator("as_clients")
+    @classmethod
+    def _as_clients(cls, value: str | None) -> str | None:
+        from api.authserver.clients import parse_static_clients
+
+        if value:
+            parse_static_clients(value)  # refuse a bad list at start-up; read again when the app is built
+        return value or None
+
+    @model_validator(mode="after")
+    def _authorization_server_keys(self) -> Self:
+        if self.auth_mode != "authorization-server":
+            return self
+        if self.as_signing_keys is None:
+            raise ValueError(f"AS_SIGNING_KEYS is not set (AUTH_MODE=authorization-server needs it); {_GENERATE_HINT}")
+        for key in self.signing_key_ring:
+            if key in self.state_key_ring or key in self.token_key_ring:
+                raise ValueError("AS_SIGNING_KEYS shares a key with another ring; each ring needs keys of its own")
+        return self
+
     @model_validator(mode="after")
     def _one_provider_source(self) -> Self:
         if self.providers_file and self.providers:
@@ -508,6 +676,23 @@ class Settings(RetentionSettings, VaultKeySettings):
     def state_key_ring(self) -> list[bytes]:
         """The request-state key ring, newest first."""
         return _ring(self.request_state_keys)
+
+    @property
+    def introspection_enabled(self) -> bool:
+        """Whether opaque access tokens are checked by RFC 7662 introspection."""
+        return self.oidc_introspection_client_id is not None
+
+    @property
+    def signing_key_ring(self) -> list[bytes]:
+        """The authorization server's signing ring, newest first (authorization-server mode only)."""
+        if self.as_signing_keys is None:
+            raise LookupError("AS_SIGNING_KEYS is not set")
+        return _ring(self.as_signing_keys)
+
+    @property
+    def authorization_server_url(self) -> str:
+        """The issuer MCP clients get their tokens from: Coatcheck itself in authorization-server mode."""
+        return self.public_url if self.auth_mode == "authorization-server" else self.oidc_issuer
 
     @property
     def mcp_resource_url(self) -> str:

@@ -1,1 +1,1 @@
-"""Throughput benchmark: ``python -m bench`` (see the README's Performance section) and ``python -m bench.inproc``."""
+"""Throughput benchmark: ``python -m bench`` (see docs/performance.md) and ``python -m bench.inproc``."""

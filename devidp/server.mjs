@@ -7,7 +7,9 @@
 // An OAuth 2.1 / OpenID Connect provider built on panva's oidc-provider. It is
 // configured by environment variables only:
 //
-//   DEVIDP_ISSUER        Issuer URL, scheme://host[:port] with no path.
+//   DEVIDP_ISSUER        Issuer URL, scheme://host[:port] with no path, optionally
+//                        with a trailing slash (kept as written in `iss` and
+//                        discovery, as Auth0 writes its issuer).
 //                        Default http://127.0.0.1:9400 (the port is
 //                        DEVIDP_PORT if that is set). The listen port comes from
 //                        this URL unless DEVIDP_PORT is set.
@@ -47,6 +49,18 @@
 //   DEVIDP_ACCESS_TOKEN_ALG   RS256 (default) or ES256, used for JWT access
 //                        tokens issued by the real endpoints.
 //   DEVIDP_ACCESS_TOKEN_TTL   Access token lifetime in seconds. Default 3600.
+//   DEVIDP_ACCESS_TOKEN_FORMAT  "jwt" (default) or "opaque": resource access
+//                        tokens from the real endpoints are then opaque strings,
+//                        checked at the introspection endpoint (POST /dev/token
+//                        still mints JWTs).
+//   DEVIDP_REGISTRATION  "0" turns dynamic client registration off (no
+//                        registration_endpoint), like Entra or Google: clients
+//                        must be in DEVIDP_CLIENTS. Default: on.
+//   DEVIDP_SUBJECT_TYPE  "public" (default: sub is the username) or "pairwise":
+//                        sub is hex SHA-256 of sector identifier (the redirect
+//                        URIs' host) + username + DEVIDP_PAIRWISE_SALT, different
+//                        per client host, as Entra does per application.
+//   DEVIDP_PAIRWISE_SALT The salt of pairwise subjects. Default: random per start.
 //   DEVIDP_PKCE_REQUIRED "all" (default; OAuth 2.1) or "public" (only
 //                        token_endpoint_auth_method=none clients). S256 is the
 //                        only method.
@@ -91,7 +105,11 @@ function fail(message) {
 // ---------------------------------------------------------------------------
 
 const DEFAULT_PORT = 9400;
-const ISSUER = (env.DEVIDP_ISSUER || `http://127.0.0.1:${env.DEVIDP_PORT || DEFAULT_PORT}`).replace(/\/+$/, '');
+const ISSUER_AS_WRITTEN = env.DEVIDP_ISSUER || `http://127.0.0.1:${env.DEVIDP_PORT || DEFAULT_PORT}`;
+// The issuer is kept as written, one trailing slash included (Auth0's shape); ISSUER_BASE has none and is
+// what paths are appended to.
+const ISSUER_BASE = ISSUER_AS_WRITTEN.replace(/\/+$/, '');
+const ISSUER = ISSUER_AS_WRITTEN.endsWith('/') ? `${ISSUER_BASE}/` : ISSUER_BASE;
 let issuerUrl;
 try {
   issuerUrl = new URL(ISSUER);
@@ -150,6 +168,21 @@ if (!['all', 'public'].includes(PKCE_REQUIRED)) fail('DEVIDP_PKCE_REQUIRED must 
 const DEV_TOKENS = env.DEVIDP_DEV_TOKENS !== '0';
 const LOG_REQUESTS = env.DEVIDP_LOG !== '0';
 const RP_LOGOUT = env.DEVIDP_RP_LOGOUT !== '0';
+const REGISTRATION = env.DEVIDP_REGISTRATION !== '0';
+const ACCESS_TOKEN_FORMAT = env.DEVIDP_ACCESS_TOKEN_FORMAT || 'jwt';
+if (!['jwt', 'opaque'].includes(ACCESS_TOKEN_FORMAT)) fail('DEVIDP_ACCESS_TOKEN_FORMAT must be "jwt" or "opaque"');
+const SUBJECT_TYPE = env.DEVIDP_SUBJECT_TYPE || 'public';
+if (!['public', 'pairwise'].includes(SUBJECT_TYPE)) fail('DEVIDP_SUBJECT_TYPE must be "public" or "pairwise"');
+const PAIRWISE_SALT = env.DEVIDP_PAIRWISE_SALT || crypto.randomBytes(32).toString('base64url');
+
+// OIDC Core §8.1: the same user gets a different, stable sub per sector (the client's redirect host).
+async function pairwiseIdentifier(_ctx, accountId, client) {
+  return crypto.createHash('sha256')
+    .update(client.sectorIdentifier)
+    .update(accountId)
+    .update(PAIRWISE_SALT)
+    .digest('hex');
+}
 
 let STATIC_CLIENTS = [];
 if (env.DEVIDP_CLIENTS && env.DEVIDP_CLIENTS.trim()) {
@@ -285,8 +318,8 @@ async function getResourceServerInfo(ctx, resourceIndicator) {
     audience: resource,
     scope: scopesInPlay(ctx),
     accessTokenTTL: ACCESS_TOKEN_TTL,
-    accessTokenFormat: 'jwt',
-    jwt: { sign: { alg: ACCESS_TOKEN_ALG } },
+    accessTokenFormat: ACCESS_TOKEN_FORMAT,
+    ...(ACCESS_TOKEN_FORMAT === 'jwt' ? { jwt: { sign: { alg: ACCESS_TOKEN_ALG } } } : {}),
   };
 }
 
@@ -410,6 +443,9 @@ const configuration = {
     email: ['email', 'email_verified'],
   },
   scopes: SUPPORTED_SCOPES,
+  // With only "pairwise" listed, oidc-provider makes it every client's default subject_type.
+  subjectTypes: [SUBJECT_TYPE],
+  pairwiseIdentifier,
   // RFC 7591 says grant_types defaults to authorization_code only; a dev IdP
   // lets clients that omit it refresh too.
   clientDefaults: {
@@ -432,7 +468,7 @@ const configuration = {
   },
   features: {
     devInteractions: { enabled: false },
-    registration: { enabled: true, initialAccessToken: false },
+    registration: { enabled: REGISTRATION, initialAccessToken: false },
     revocation: { enabled: true },
     introspection: {
       enabled: true,
@@ -507,10 +543,17 @@ const stats = {
   authorization_requests: 0,
   registrations: 0,
   userinfo_requests: 0,
+  introspection_requests: 0,
 };
 const faults = {
-  token_endpoint: 'ok', token_endpoint_delay_ms: 0, authorization_endpoint: 'ok', authorization_client_id: null,
+  token_endpoint: 'ok',
+  token_endpoint_delay_ms: 0,
+  authorization_endpoint: 'ok',
+  authorization_client_id: null,
+  introspection_endpoint: 'ok',
 };
+// "unavailable": POST /token/introspection answers 503 (an introspection endpoint that is down).
+const INTROSPECTION_FAULTS = new Set(['ok', 'unavailable']);
 const MAX_TOKEN_DELAY_MS = 60000;
 const TOKEN_FAULTS = new Set(['ok', 'error', 'unavailable']);
 // "deny": the authorization endpoint answers as if the user refused (error=access_denied back to the
@@ -729,9 +772,11 @@ function cors(ctx) {
 const routes = provider.pathFor.bind(provider);
 const TOKEN_PATH = routes('token');
 const REVOCATION_PATH = routes('revocation');
-const REGISTRATION_PATH = routes('registration');
+// Without registration there is no such route; '/reg' is where it would be (and is a 404 then).
+const REGISTRATION_PATH = REGISTRATION ? routes('registration') : '/reg';
 const AUTHORIZATION_PATH = routes('authorization');
 const USERINFO_PATH = routes('userinfo');
+const INTROSPECTION_PATH = routes('introspection');
 
 const RFC8414_DISCOVERY = '/.well-known/oauth-authorization-server';
 const OIDC_DISCOVERY = '/.well-known/openid-configuration';
@@ -774,6 +819,14 @@ provider.use(async (ctx, next) => {
     }
     if (path === REVOCATION_PATH && method === 'POST') {
       stats.revocations += 1;
+      return await next();
+    }
+    if (path === INTROSPECTION_PATH && method === 'POST') {
+      stats.introspection_requests += 1;
+      if (faults.introspection_endpoint === 'unavailable') {
+        note = ' (fault: unavailable)';
+        return jsonError(ctx, 503, 'temporarily_unavailable', 'fault injected by devidp');
+      }
       return await next();
     }
     if (path === AUTHORIZATION_PATH && method === 'GET') {
@@ -847,6 +900,12 @@ provider.use(async (ctx, next) => {
           }
           faults.token_endpoint_delay_ms = delay;
         }
+        if (p.introspection_endpoint !== undefined) {
+          if (!INTROSPECTION_FAULTS.has(p.introspection_endpoint)) {
+            return jsonError(ctx, 400, 'invalid_request', `introspection_endpoint must be one of ${[...INTROSPECTION_FAULTS].join(', ')}`);
+          }
+          faults.introspection_endpoint = p.introspection_endpoint;
+        }
         if (p.authorization_endpoint !== undefined) {
           if (!AUTHORIZATION_FAULTS.has(p.authorization_endpoint)) {
             return jsonError(ctx, 400, 'invalid_request', `authorization_endpoint must be one of ${[...AUTHORIZATION_FAULTS].join(', ')}`);
@@ -892,6 +951,7 @@ const server = provider.listen(PORT, HOST, () => {
   console.log(`devidp: static clients: ${STATIC_CLIENTS.map((c) => c.client_id).join(', ') || '(none)'}`);
   console.log(`devidp: signing keys: RS256 kid=${SIGNING_KEYS.RS256.kid}, ES256 kid=${SIGNING_KEYS.ES256.kid}`);
   console.log(`devidp: /dev/token ${DEV_TOKENS ? 'enabled' : 'disabled'}`);
+  console.log(`devidp: access tokens ${ACCESS_TOKEN_FORMAT}, subjects ${SUBJECT_TYPE}, registration ${REGISTRATION ? 'open' : 'off'}`);
 });
 server.on('error', (err) => fail(`cannot listen on ${HOST}:${PORT}: ${err.message}`));
 

@@ -18,7 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from store.errors import Conflict, InvalidInput, NotFound
 from store.handles import is_well_formed, new_handle
-from store.lines import PricedLine, line_counts, priced_lines
+from store.lines import CartLine, cart_lines, line_counts
 from store.models import Cart, CartItem, Product, table_of
 from store.paging import DEFAULT_PAGE_SIZE, Page, Position, keyset_list
 from store.principal import Principal
@@ -43,12 +43,12 @@ CartStatus = Literal["open", "checked_out"]
 
 @dataclass(frozen=True, slots=True)
 class CartView:
-    """A cart with its lines and total."""
+    """A cart with its lines and total (of the available lines: what a checkout would charge)."""
 
     handle: str
     version: int
     status: CartStatus
-    items: list[PricedLine]
+    items: list[CartLine]
     total_cents: int
     currency: str | None
 
@@ -69,13 +69,13 @@ class CartSummary:
 
 def _view_of(handle: str, status: CartStatus, rows: Sequence[Row[*tuple[Any, ...]]]) -> CartView:
     """The cart read as rows of its priced lines (one row with a NULL sku for an empty cart)."""
-    lines = priced_lines(rows)
+    lines = cart_lines(rows)
     return CartView(
         handle=handle,
         version=rows[0].version,
         status=status,
         items=lines,
-        total_cents=sum(line.line_total_cents for line in lines),
+        total_cents=sum(line.line_total_cents for line in lines if line.available),
         # Every write keeps a cart to one currency, so any line's speaks for all.
         currency=next((row.currency for row in rows if row.currency is not None), None),
     )
@@ -97,7 +97,14 @@ def _summary(row: Row[*tuple[Any, ...]]) -> CartSummary:
 # A cart with its lines priced from the catalog now (an empty cart still yields one row, its line columns
 # NULL), as cart_view shows it and checkout prices it: read what :func:`~store.lines.priced_lines` needs.
 CART_LINES = _cart.outerjoin(_item, _item.c.cart_id == _cart.c.id).outerjoin(_product, _product.c.sku == _item.c.sku)
-PRICED_LINE_COLUMNS = (_item.c.sku, _product.c.name, _item.c.quantity, _product.c.unit_price_cents, _product.c.currency)
+PRICED_LINE_COLUMNS = (
+    _item.c.sku,
+    _product.c.name,
+    _item.c.quantity,
+    _product.c.unit_price_cents,
+    _product.c.currency,
+    _product.c.active,
+)
 
 # The hot statements are built once; each call only binds values (no per-call construction).
 _OWNED = owned_by(_cart)
@@ -115,9 +122,10 @@ _VIEW = (
 # reply saw is exactly the cart the write applied to. The checks cost O(1) in the number of lines:
 # one other line's currency stands for all (every write keeps a cart to one currency), the line being
 # set is found by its primary key, and the cap counts the lines the reply lists anyway. `chosen` and
-# `others` join the product, which is always there: fk_cart_item_sku_product refuses to delete a product
-# any cart line names, and nothing else takes one out of the catalog (tests/store/test_carts.py). If
-# products could ever leave, removing such a line (quantity 0 needs `chosen`) and the reply would break.
+# `others` join the product, which is always there: products are never deleted, only retired (active
+# false), and fk_cart_item_sku_product refuses to delete one any cart line names (tests/store/test_carts.py).
+# So a retired product's line is still listed, counted toward the cap and removable (quantity 0 needs
+# `chosen`); only a quantity above 0 needs the product to be on sale.
 _SET_ITEM = text(
     """
 WITH args AS (
@@ -128,10 +136,10 @@ WITH args AS (
     SELECT cart.id, cart.version, cart.status FROM cart, args
     WHERE cart.handle = args.handle AND cart.principal_iss = args.iss AND cart.principal_sub = args.sub
 ), chosen AS (
-    SELECT product.sku, product.name, product.unit_price_cents, product.currency
+    SELECT product.sku, product.name, product.unit_price_cents, product.currency, product.active
     FROM product, args WHERE product.sku = args.sku
 ), others AS (
-    SELECT item.sku, product.name, item.quantity, product.unit_price_cents, product.currency
+    SELECT item.sku, product.name, item.quantity, product.unit_price_cents, product.currency, product.active
     FROM target
     JOIN cart_item AS item ON item.cart_id = target.id
     JOIN product ON product.sku = item.sku
@@ -141,6 +149,7 @@ WITH args AS (
     SELECT target.id, target.version FROM target, chosen, args
     WHERE target.status = 'open'
       AND (args.expected IS NULL OR target.version = args.expected)
+      AND (args.quantity = 0 OR chosen.active)
       AND (args.quantity = 0 OR NOT EXISTS (
             SELECT FROM (SELECT currency FROM others LIMIT 1) AS one_other WHERE one_other.currency <> chosen.currency))
       AND (args.quantity = 0
@@ -160,11 +169,11 @@ WITH args AS (
     WHERE cart_item.cart_id = bumped.id AND cart_item.sku = args.sku AND args.quantity = 0
     RETURNING cart_item.cart_id
 )
-SELECT bumped.version, line.sku, line.name, line.quantity, line.unit_price_cents, line.currency
+SELECT bumped.version, line.sku, line.name, line.quantity, line.unit_price_cents, line.currency, line.active
 FROM bumped LEFT JOIN (
-    SELECT sku, name, quantity, unit_price_cents, currency FROM others
+    SELECT sku, name, quantity, unit_price_cents, currency, active FROM others
     UNION ALL
-    SELECT chosen.sku, chosen.name, args.quantity, chosen.unit_price_cents, chosen.currency
+    SELECT chosen.sku, chosen.name, args.quantity, chosen.unit_price_cents, chosen.currency, chosen.active
     FROM chosen, args WHERE args.quantity > 0
 ) AS line ON true
 ORDER BY line.sku
@@ -173,9 +182,10 @@ ORDER BY line.sku
 # Only after a refused write: why it was refused, as the cart is now.
 _WHY_NOT_SET = text(
     """
-WITH chosen AS (SELECT sku, currency FROM product WHERE sku = CAST(:p_sku AS varchar))
+WITH chosen AS (SELECT sku, currency, active FROM product WHERE sku = CAST(:p_sku AS varchar))
 SELECT cart.status, cart.version,
        EXISTS (SELECT FROM chosen) AS known,
+       EXISTS (SELECT FROM chosen WHERE chosen.active) AS sold,
        EXISTS (SELECT FROM cart_item AS item JOIN product ON product.sku = item.sku, chosen
                WHERE item.cart_id = cart.id AND item.sku <> chosen.sku AND product.currency <> chosen.currency)
            AS mixed_currency,
@@ -197,7 +207,10 @@ _LIST = keyset_list(
     totals=lambda cart_id: (
         select(
             *line_counts(_item.c.sku, _item.c.quantity),
-            func.coalesce(func.sum(_item.c.quantity * _product.c.unit_price_cents), 0).label("total_cents"),
+            # Of the available lines, as cart_view's total (a retired product's line is not charged).
+            func.coalesce(func.sum(_item.c.quantity * _product.c.unit_price_cents).filter(_product.c.active), 0).label(
+                "total_cents"
+            ),
             func.min(_product.c.currency).label("currency"),
         )
         .select_from(_item.join(_product, _product.c.sku == _item.c.sku))
@@ -322,8 +335,8 @@ class CartRepository:
         Raises:
             NotFound: the handle names no cart of this principal.
             Conflict: the cart is checked out, or its version is not ``expected_version``.
-            InvalidInput: unknown sku, quantity out of range, a currency other than the cart's, or a
-                new line beyond ``max_lines``.
+            InvalidInput: unknown sku, a retired product (unless ``quantity`` is 0), quantity out of range,
+                a currency other than the cart's, or a new line beyond ``max_lines``.
         """
         if not 0 <= quantity <= MAX_QUANTITY:
             raise InvalidInput(f"quantity must be between 0 and {MAX_QUANTITY}; use 0 to remove the item")
@@ -349,7 +362,7 @@ class CartRepository:
         why = (await self._conn.execute(_WHY_NOT_SET, params)).one_or_none()
         if why is None:
             raise NotFound("cart", str(params["p_handle"]))
-        status, version, known, mixed_currency, has_line, line_count = why
+        status, version, known, sold, mixed_currency, has_line, line_count = why
         sku, quantity = params["p_sku"], params["p_quantity"]
         if status != "open":
             raise Conflict("this cart is checked out and can no longer be changed; create a new cart with cart_create")
@@ -360,6 +373,9 @@ class CartRepository:
             )
         if not known:
             raise InvalidInput(f"unknown sku {sku!r}; use catalog_search to find products")
+        if quantity and not sold:
+            fix = "remove its line with quantity 0" if has_line else "use catalog_search to find products on sale"
+            raise InvalidInput(f"{sku!r} is no longer sold (retired from the catalog), so it cannot be added; {fix}")
         if quantity and mixed_currency:
             raise InvalidInput(
                 f"{sku!r} is priced in another currency than the items already in this cart; use a separate cart"

@@ -46,15 +46,20 @@ def _prefix_range(term: str) -> tuple[str, str] | None:
 
 
 _COLUMNS = (_product.c.sku, _product.c.name, _product.c.unit_price_cents, _product.c.currency)
+# Retired products (active false) are kept for the carts that hold them but are never found.
+_SOLD = _product.c.active
+# The sku lower-cased, in byte order: the leading column of ix_product_sku_ci_prefix (partial on active), so
+# an upper-case sku is found by a lower-case prefix. The sku in byte order breaks ties (the second column).
+_SKU_CI = func.lower(_product.c.sku).collate("C")
 _SKU_C = _product.c.sku.collate("C")
-_IN_PREFIX = and_(bindparam("p_lo") <= _SKU_C, bindparam("p_hi") > _SKU_C)
+_IN_PREFIX = and_(bindparam("p_lo") <= _SKU_CI, bindparam("p_hi") > _SKU_CI)
 
-# The whole catalog in sku order: a walk of the primary key.
-_LIST_ALL = select(*_COLUMNS).order_by(_product.c.sku).limit(bindparam("p_limit"))
+# The catalog on sale in sku order: a walk of the primary key.
+_LIST_ALL = select(*_COLUMNS).where(_SOLD).order_by(_product.c.sku).limit(bindparam("p_limit"))
 
 # A search is two groups, each served by an index with bounded work, in one statement:
-#  1. skus starting with the query, in sku order: a range of ix_product_sku_prefix (sku COLLATE "C"),
-#     at most limit + 1 entries;
+#  1. skus starting with the query (case-insensitively), in lower-cased sku order: a range of
+#     ix_product_sku_ci_prefix (lower(sku) COLLATE "C", sku COLLATE "C" WHERE active), at most limit + 1 entries;
 #  2. the other products whose sku or name contains the query, in sku order, among the first limit + 1
 #     matches found: the trigram index finds rare terms, a short scan finds common ones. With at most
 #     `limit` matches that is all of them; with more, `more` is set and which ones come back is unspecified
@@ -64,8 +69,8 @@ _LIST_ALL = select(*_COLUMNS).order_by(_product.c.sku).limit(bindparam("p_limit"
 # The outer LIMIT stops before group 2 runs at all when group 1 fills the page.
 _PREFIXED = (
     select(*_COLUMNS)
-    .where(_IN_PREFIX)
-    .order_by(_SKU_C)
+    .where(_IN_PREFIX, _SOLD)
+    .order_by(_SKU_CI, _SKU_C)
     .limit(bindparam("p_limit"))
     .cte("prefixed")
     .prefix_with("MATERIALIZED")
@@ -76,6 +81,7 @@ _CONTAINED = (
     .where(
         or_(_product.c.sku.ilike(_pattern, escape="\\"), _product.c.name.ilike(_pattern, escape="\\")),
         ~_IN_PREFIX,
+        _SOLD,
     )
     .limit(bindparam("p_limit"))
     .cte("contained")
@@ -98,9 +104,10 @@ def _product_of(row: Row[*tuple[Any, ...]]) -> ProductRow:
 
 
 async def search_products(conn: AsyncConnection, query: str, limit: int) -> SearchResult:
-    """Products whose sku or name contains ``query`` (case-insensitive): sku-prefix matches first.
+    """Products on sale whose sku or name contains ``query`` (case-insensitive): sku-prefix matches first.
 
-    Each group is in sku order. An empty query lists the catalog in sku order. The work is bounded by
+    Retired products are never returned. The prefix group is in lower-cased sku order, the other in sku
+    order. An empty query lists the catalog in sku order. The work is bounded by
     ``limit`` whatever the size of the catalog: with at most ``limit`` matches you get all of them; with
     more, ``more`` is set and which of them are returned is not specified beyond the sku-prefix ones
     (narrow the query, or raise ``limit``).

@@ -148,7 +148,7 @@ class SessionSettings:
             raise ValueError("lock_timeout must be greater than 0 and below statement_timeout")
 
     def assignments(self) -> list[tuple[str, str]]:
-        """``(name, value)`` pairs; JIT is off because these are short OLTP statements (see README)."""
+        """``(name, value)`` pairs; JIT is off because these are short OLTP statements (see docs/database.md)."""
         return [
             ("statement_timeout", str(self.statement_timeout_ms)),
             ("lock_timeout", str(self.lock_timeout_ms)),
@@ -216,7 +216,7 @@ class Database:
         """Create a database handle for ``url`` (no connection is opened until first use).
 
         ``max_overflow`` connections beyond ``pool_size`` are opened and closed per call: leave it
-        at 0 in production (see the README's connection budget).
+        at 0 in production (see docs/database.md, the connection budget).
         """
         if pooler_mode not in POOLER_MODES:
             raise ValueError(f"pooler_mode must be one of {', '.join(POOLER_MODES)}")

@@ -22,6 +22,32 @@ class PricedLine:
         return self.quantity * self.unit_price_cents
 
 
+@dataclass(frozen=True, slots=True)
+class CartLine(PricedLine):
+    """A cart line priced from the catalog now; ``available`` is false once its product is retired.
+
+    An unavailable line keeps the product's name and last price, counts toward the line cap, can be removed
+    (quantity 0), is left out of the cart's total, and stops a checkout until it is removed.
+    """
+
+    available: bool
+
+
+def cart_lines(rows: Iterable[Row[*tuple[Any, ...]]]) -> list[CartLine]:
+    """Like :func:`priced_lines`, for rows that also carry the product's ``active``."""
+    return [
+        CartLine(
+            sku=row.sku,
+            name=row.name,
+            quantity=row.quantity,
+            unit_price_cents=row.unit_price_cents,
+            available=bool(row.active),
+        )
+        for row in rows
+        if row.sku is not None
+    ]
+
+
 def priced_lines(rows: Iterable[Row[*tuple[Any, ...]]]) -> list[PricedLine]:
     """The lines of rows with ``sku``, ``name``, ``quantity``, ``unit_price_cents``, in order.
 

@@ -23,14 +23,28 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
-from sqlalchemy import BigInteger, Integer, Row, String, Text, bindparam, func, insert, select, true, update
+from sqlalchemy import (
+    BigInteger,
+    Integer,
+    Row,
+    String,
+    Text,
+    bindparam,
+    cast,
+    exists,
+    func,
+    insert,
+    select,
+    true,
+    update,
+)
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from store.carts import CART_LINES, CART_PREFIX, PRICED_LINE_COLUMNS, CartStatus
 from store.errors import Conflict, InvalidInput, NotFound
 from store.handles import is_well_formed, new_handle
-from store.lines import PricedLine, line_counts, priced_lines
+from store.lines import CartLine, PricedLine, cart_lines, line_counts, priced_lines
 from store.models import Cart, CartItem, Order, OrderLine, Product, table_of
 from store.paging import DEFAULT_PAGE_SIZE, Page, Position, keyset_list
 from store.principal import Principal
@@ -131,7 +145,7 @@ class _CartSnapshot:
     cart_id: int
     version: int
     status: CartStatus
-    lines: list[PricedLine]
+    lines: list[CartLine]
     currency: str
     order: OrderReceipt | None
     order_nonce: str | None
@@ -170,13 +184,18 @@ _SNAPSHOT = (
 )
 # Closes the cart only if it is still open at the version the snapshot read. Every line change bumps
 # the version, so an unchanged version proves the lines are the ones read: the order gets exactly
-# what the user confirmed, or nothing is written at all.
+# what the user confirmed, or nothing is written at all. A product retired since the read (which bumps
+# no version) stops it too; the retry then finds the line unavailable.
+_RETIRED_LINE = exists().where(
+    _item.c.cart_id == _cart.c.id, _item.c.sku == _product.c.sku, _product.c.active.is_(False)
+)
 _CLOSED = (
     update(_cart)
     .where(
         _cart.c.id == bindparam("p_cart_id"),
         _cart.c.version == bindparam("p_version"),
         _cart.c.status == "open",
+        ~_RETIRED_LINE,
     )
     .values(status="checked_out", version=_cart.c.version + 1, updated_at=func.now())
     .returning(_cart.c.id)
@@ -209,13 +228,16 @@ _NEW_ORDER = (
     .returning(_order.c.id)
     .cte("new_order")
 )
-# The lines travel as four parallel arrays, so one prepared statement serves carts of any size.
+# The lines travel as four parallel arrays, so one prepared statement serves carts of any size. All four
+# are text[], the one array type whose codec asyncpg has built in: for any other it first introspects the
+# type, and its introspection turns `jit` off with a session-level set_config that outlives the transaction
+# (behind a transaction pooler, on a server connection other clients share). The numbers are cast in SQL.
 _PRICED = (
     func.unnest(
-        bindparam("p_skus", type_=ARRAY(String)),
+        bindparam("p_skus", type_=ARRAY(Text)),
         bindparam("p_names", type_=ARRAY(Text)),
-        bindparam("p_quantities", type_=ARRAY(Integer)),
-        bindparam("p_prices", type_=ARRAY(Integer)),
+        cast(bindparam("p_quantities", type_=ARRAY(Text)), ARRAY(Integer)),
+        cast(bindparam("p_prices", type_=ARRAY(Text)), ARRAY(Integer)),
     )
     .table_valued("sku", "name", "quantity", "unit_price_cents")
     .render_derived(name="priced")
@@ -285,6 +307,24 @@ def _empty_cart() -> InvalidInput:
     return InvalidInput("the cart is empty; add items with cart_set_item first, then check out")
 
 
+_MAX_NAMED_LINES = 10
+
+
+def _refuse_unavailable(lines: list[CartLine]) -> None:
+    """Refuse a checkout of a cart holding retired products, naming the lines to remove."""
+    gone = [line for line in lines if not line.available]
+    if not gone:
+        return
+    named = ", ".join(f"{line.sku!r} ({line.name})" for line in gone[:_MAX_NAMED_LINES])
+    if len(gone) > _MAX_NAMED_LINES:
+        named += f" and {len(gone) - _MAX_NAMED_LINES} more (cart_view lists them)"
+    noun = "product that is" if len(gone) == 1 else "products that are"
+    raise InvalidInput(
+        f"this cart holds {len(gone)} {noun} no longer sold: {named}; remove "
+        f"{'it' if len(gone) == 1 else 'them'} with cart_set_item quantity 0, then check out again"
+    )
+
+
 class OrderRepository:
     """Checkout and order operations on one connection (inside the caller's transaction)."""
 
@@ -309,7 +349,7 @@ class OrderRepository:
             cart_id=first.id,
             version=first.version,
             status=first.status,
-            lines=priced_lines(rows),
+            lines=cart_lines(rows),
             # cart_set_item keeps one currency per cart, so the first line's speaks for all ("": no lines).
             currency=next((row.currency for row in rows if row.currency is not None), ""),
             order=order,
@@ -322,7 +362,7 @@ class OrderRepository:
         Raises:
             NotFound: the handle names no cart of this principal.
             Conflict: the cart is already checked out (the message names its order).
-            InvalidInput: the cart is empty.
+            InvalidInput: the cart is empty, or holds retired products (the message names them).
         """
         if not is_well_formed(cart_handle, CART_PREFIX):
             raise NotFound("cart", cart_handle)
@@ -333,6 +373,7 @@ class OrderRepository:
             raise _already_checked_out(snapshot.order.handle if snapshot.order else None)
         if not snapshot.lines:
             raise _empty_cart()
+        _refuse_unavailable(snapshot.lines)
         return snapshot.quote(cart_handle)
 
     async def place(
@@ -350,7 +391,7 @@ class OrderRepository:
         Raises:
             NotFound: the handle names no cart of this principal (and no order came from this nonce).
             Conflict: the cart was checked out by another confirmation (the message names its order).
-            InvalidInput: the cart is empty, or the nonce is unusable.
+            InvalidInput: the cart is empty or holds retired products, or the nonce is unusable.
         """
         _check_nonce(nonce)
         cart_handle = confirmed.cart_handle
@@ -370,6 +411,7 @@ class OrderRepository:
                 raise _already_checked_out(snapshot.order.handle if snapshot.order else None)
             if not snapshot.lines:
                 raise _empty_cart()
+            _refuse_unavailable(snapshot.lines)
             current = snapshot.quote(cart_handle)
             if not current.same_offer(confirmed):
                 return current
@@ -401,8 +443,8 @@ class OrderRepository:
                 "p_currency": quote.currency,
                 "p_skus": [line.sku for line in lines],
                 "p_names": [line.name for line in lines],
-                "p_quantities": [line.quantity for line in lines],
-                "p_prices": [line.unit_price_cents for line in lines],
+                "p_quantities": [str(line.quantity) for line in lines],
+                "p_prices": [str(line.unit_price_cents) for line in lines],
             },
         )
         if placed.scalar_one_or_none() is None:

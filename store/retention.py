@@ -7,6 +7,8 @@ What goes, and when (each cut-off is an age on the database clock, chosen by the
   after ``expires_at`` + the requestState lifetime no retried call can ask about it. Finished
   flows go the same way (they finish before they expire).
 * ``audit_event``: entries older than the audit retention.
+* ``browser_session``: ``/connect`` sign-ins past their ``expires_at``: no cookie opens them any more
+  (the cookie carries the same expiry), so their rows only say that nobody signed out.
 * ``cart`` (and its ``cart_item`` lines): carts not written to for the cart retention, open or
   checked out. Orders stay: ``orders.cart_id`` is set to NULL by the foreign key, and an order
   keeps its cart handle, lines and prices, so ``order_view`` does not need the cart. A replayed
@@ -24,15 +26,16 @@ from typing import Literal
 from sqlalchemy import CTE, Integer, Interval, Select, bindparam, delete, func, literal_column, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from store.models import AuditEvent, Cart, CartItem, OAuthFlow, table_of
+from store.models import AuditEvent, BrowserSession, Cart, CartItem, OAuthFlow, table_of
 
 __all__ = ["PURGEABLE", "Purgeable", "purge_batch"]
 
-Purgeable = Literal["oauth_flow", "audit_event", "cart"]
-PURGEABLE: tuple[Purgeable, ...] = ("oauth_flow", "audit_event", "cart")
+Purgeable = Literal["oauth_flow", "audit_event", "browser_session", "cart"]
+PURGEABLE: tuple[Purgeable, ...] = ("oauth_flow", "audit_event", "browser_session", "cart")
 
 _flow = table_of(OAuthFlow)
 _audit = table_of(AuditEvent)
+_browser = table_of(BrowserSession)
 _cart = table_of(Cart)
 _item = table_of(CartItem)
 _CUTOFF = func.now() - bindparam("p_age", type_=Interval())
@@ -42,6 +45,7 @@ def _doomed(table_name: Purgeable) -> CTE:
     table, column = {
         "oauth_flow": (_flow, _flow.c.expires_at),
         "audit_event": (_audit, _audit.c.created_at),
+        "browser_session": (_browser, _browser.c.expires_at),
         "cart": (_cart, _cart.c.updated_at),
     }[table_name]
     # The age column is indexed, so each batch is one short range scan however large the table is.
@@ -55,7 +59,7 @@ def _doomed(table_name: Purgeable) -> CTE:
 
 
 def _simple_purge(table_name: Purgeable) -> Select[int, int]:
-    table = {"oauth_flow": _flow, "audit_event": _audit}[table_name]
+    table = {"oauth_flow": _flow, "audit_event": _audit, "browser_session": _browser}[table_name]
     doomed = _doomed(table_name)
     deleted = delete(table).where(table.c.id.in_(select(doomed.c.id))).returning(table.c.id).cte("deleted")
     return select(func.count(), literal_column("0", Integer)).select_from(deleted)
@@ -72,7 +76,12 @@ def _cart_purge() -> Select[int, int]:
     )
 
 
-_PURGE = {"oauth_flow": _simple_purge("oauth_flow"), "audit_event": _simple_purge("audit_event"), "cart": _cart_purge()}
+_PURGE = {
+    "oauth_flow": _simple_purge("oauth_flow"),
+    "audit_event": _simple_purge("audit_event"),
+    "browser_session": _simple_purge("browser_session"),
+    "cart": _cart_purge(),
+}
 
 
 async def purge_batch(conn: AsyncConnection, table: Purgeable, *, older_than: timedelta, limit: int) -> tuple[int, int]:

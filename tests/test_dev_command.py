@@ -215,3 +215,63 @@ def test_coatcheck_dev_without_node_says_it_needs_node_20_and_starts_nothing(tmp
     assert result.returncode == 2
     assert "needs Node.js 20 or newer" in result.stderr
     assert not (tmp_path / "dev-data").exists()
+
+
+def _dev_once(data_dir: Path, cwd: Path, *, prelude: str = "") -> subprocess.CompletedProcess[str]:
+    """``coatcheck dev`` run to its end (it must refuse before serving), after ``prelude`` Python lines."""
+    argv = ["dev", "--data-dir", str(data_dir), *_ports(free_port(), free_port())]
+    program = f"{prelude}\nfrom api.cli import main\nmain({argv!r})\n"
+    return subprocess.run(
+        [sys.executable, "-c", program],
+        cwd=cwd,
+        env={**_environment(), "PYTHONPATH": str(REPO)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_coatcheck_dev_refuses_a_secrets_file_that_is_a_symbolic_link_and_leaves_its_target_alone(
+    tmp_path: Path,
+) -> None:
+    data_dir = tmp_path / "dev-data"
+    data_dir.mkdir(mode=0o700)
+    target = tmp_path / "someone-elses-file"
+    target.write_text("not yours\n")
+    target.chmod(0o644)
+    (data_dir / "secrets.json").symlink_to(target)
+    result = _dev_once(data_dir, tmp_path)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert f"coatcheck dev: {data_dir / 'secrets.json'} is a symbolic link" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert stat.S_IMODE(target.stat().st_mode) == 0o644
+    assert target.read_text() == "not yours\n"
+    assert not (data_dir / "postgres").exists()
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="only root can give a file to another user")
+def test_coatcheck_dev_refuses_a_secrets_file_owned_by_another_user(tmp_path: Path) -> None:
+    from api.commands.dev import DevError, load_or_create_secrets
+
+    path = tmp_path / "secrets.json"
+    secrets_json = '{"REQUEST_STATE_KEYS": "a", "TOKEN_ENCRYPTION_KEYS": "b", "OIDC_CLIENT_SECRET": "c", '
+    path.write_text(secrets_json + '"DEMO_CLIENT_SECRET": "d"}')
+    path.chmod(0o644)
+    os.chown(path, 65534, 65534)  # nobody
+    with pytest.raises(DevError, match="is not owned by the user running coatcheck dev"):
+        load_or_create_secrets(path)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o644
+    path.chmod(0o600)
+    os.chown(path, os.getuid(), os.getgid())
+    assert load_or_create_secrets(path)[1] is False  # the same file, once it is the user's, is used
+
+
+def test_coatcheck_dev_without_the_dev_extra_names_the_extra_to_install_and_starts_nothing(tmp_path: Path) -> None:
+    # The dev extra's psutil, as a plain `pip install -e .` leaves it: not importable.
+    result = _dev_once(tmp_path / "dev-data", tmp_path, prelude="import sys\nsys.modules['psutil'] = None")
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "no module named 'psutil'" in result.stderr
+    assert "install the dev extra: pip install -e '.[dev]'" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert not (tmp_path / "dev-data").exists()

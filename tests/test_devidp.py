@@ -83,7 +83,7 @@ def register_public_client(idp: DevIdP, *redirect_uris: str, scope: str | None =
 
 
 def jwks(idp: DevIdP) -> KeySet:
-    response = httpx2.get(f"{idp.issuer}/jwks", timeout=10.0)
+    response = httpx2.get(f"{idp.base_url}/jwks", timeout=10.0)
     assert response.status_code == 200
     return KeySet.import_key_set(response.json())
 
@@ -595,6 +595,42 @@ def test_dev_token_endpoint_is_absent_when_disabled() -> None:
 
     assert response.status_code == 404
     assert health.status_code == 200
+
+
+def test_registration_is_absent_from_discovery_when_disabled() -> None:
+    with start_devidp(port=free_port(), resources=[RESOURCE], env={"DEVIDP_REGISTRATION": "0"}) as idp:
+        metadata = httpx2.get(f"{idp.issuer}/.well-known/openid-configuration", timeout=10.0).json()
+        registration = httpx2.post(f"{idp.issuer}/reg", json={"redirect_uris": [CONFIDENTIAL_REDIRECT]}, timeout=10.0)
+
+    assert "registration_endpoint" not in metadata
+    assert registration.status_code == 404
+
+
+async def test_a_trailing_slash_issuer_is_kept_in_discovery_tokens_and_health() -> None:
+    port = free_port()
+    issuer = f"http://127.0.0.1:{port}/"
+    with start_devidp(port=port, resources=[RESOURCE], env={"DEVIDP_ISSUER": issuer}) as idp:
+        metadata = httpx2.get(f"{idp.base_url}/.well-known/oauth-authorization-server", timeout=10.0).json()
+        health = httpx2.get(f"{idp.base_url}/dev/health", timeout=10.0).json()
+        claims = verify(idp, await idp.token("slash", resource=RESOURCE), audience=RESOURCE)
+
+    assert (idp.issuer, metadata["issuer"], health["issuer"], claims["iss"]) == (issuer, issuer, issuer, issuer)
+    assert metadata["token_endpoint"] == f"{idp.base_url}/token"
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "message"),
+    [
+        ("DEVIDP_ACCESS_TOKEN_FORMAT", "paseto", 'DEVIDP_ACCESS_TOKEN_FORMAT must be "jwt" or "opaque"'),
+        ("DEVIDP_SUBJECT_TYPE", "random", 'DEVIDP_SUBJECT_TYPE must be "public" or "pairwise"'),
+    ],
+)
+def test_an_unknown_shape_value_stops_start_up_naming_the_variable(variable: str, value: str, message: str) -> None:
+    with (
+        pytest.raises(DevIdPError, match=message),
+        start_devidp(port=free_port(), resources=[RESOURCE], env={variable: value}),
+    ):
+        pass  # pragma: no cover
 
 
 def test_start_devidp_reports_the_process_output_when_it_dies() -> None:

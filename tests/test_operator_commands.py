@@ -4,6 +4,7 @@
 import asyncio
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -182,6 +183,73 @@ def test_audit_filters_by_subject_event_and_time_and_prints_json_lines_or_a_tabl
     assert "no audit events match" in nobody.stderr
     assert bad_time.returncode == 2
     assert "is not an ISO 8601 time" in bad_time.stderr
+
+
+HOSTILE_SUBJECT = (
+    "mallory\n2026-01-01 00:00:00  https://idp.example  alice  disconnect\x1b]0;owned\x07\x1b[2J\x9b31m\u2028"
+)
+_RAW_CONTROLS = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+async def _record_hostile_event(url: str, principal: Principal) -> None:
+    database = Database.connect(url)
+    try:
+        async with database.transaction() as conn:
+            await AuditRepository(conn).record(principal, "connect", provider="demo", outcome="requested")
+    finally:
+        await database.dispose()
+
+
+def test_audit_prints_a_stored_subject_with_control_characters_escaped_in_both_formats(database_url: str) -> None:
+    principal = Principal(f"https://hostile-{uuid.uuid4().hex[:8]}.example", HOSTILE_SUBJECT)
+    asyncio.run(_record_hostile_event(database_url, principal))
+    env = {"DATABASE_URL": database_url}
+    table = coatcheck("audit", "--issuer", principal.issuer, env=env)
+    jsonl = coatcheck("audit", "--issuer", principal.issuer, "--format", "jsonl", env=env)
+    assert table.returncode == jsonl.returncode == 0, table.stderr + jsonl.stderr
+    for output in (table.stdout, jsonl.stdout):
+        assert _RAW_CONTROLS.search(output) is None  # nothing reaches the terminal as a control
+    header, row = table.stdout.splitlines()  # one event, one row: the newline forged none
+    assert header.startswith("created_at")
+    assert "mallory\\n2026-01-01" in row
+    assert "\\x1b]0;owned\\x07\\x1b[2J\\x9b31m\\u2028" in row
+    (line,) = jsonl.stdout.splitlines()
+    assert json.loads(line)["subject"] == HOSTILE_SUBJECT  # escaped, yet the same value
+
+
+@pytest.mark.parametrize(
+    ("argv", "names"),
+    [
+        (["--since", "99999999999d"], "--since"),
+        (["--since", "999999999d"], "--since"),
+        (["--since", "0001-01-01T00:00:00+14:00"], "--since"),
+        (["--until", "9999-12-31T23:59:59-14:00"], "--until"),
+        (["--limit", "99999999999999999999999"], "--limit"),
+        (["--limit", "0"], "--limit"),
+        (["--limit", "9" * 5000], "--limit"),
+    ],
+)
+def test_audit_arguments_out_of_range_are_refused_in_one_sentence_with_exit_2(
+    database_url: str, argv: list[str], names: str
+) -> None:
+    result = coatcheck("audit", *argv, env={"DATABASE_URL": database_url})
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"coatcheck audit: error: argument {names}: ")
+    assert len(last) < 200
+
+
+@pytest.mark.parametrize("command", [["audit"], ["connections", "revoke", "--issuer", "https://i", "--subject", "s"]])
+def test_a_command_on_an_unreachable_database_says_so_in_one_sentence_with_exit_2_and_no_password(
+    server_env: dict[str, str], command: list[str]
+) -> None:
+    url = f"postgresql://operator:hunter2-secret@127.0.0.1:{free_port()}/nowhere"
+    result = coatcheck(*command, env={**server_env, "DATABASE_URL": url})
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    assert result.stderr.strip() == f"coatcheck: cannot use the database at {url.rsplit('@', 1)[1]}: connection refused"
+    assert "hunter2" not in result.stderr + result.stdout
 
 
 # --- connections revoke ---------------------------------------------------------------------------------------

@@ -17,12 +17,13 @@ from sqlalchemy import Table, func, insert, select, text, update
 
 from api.commands.purge import RetentionPolicy, purge
 from store.audit import AuditRepository
+from store.browser_sessions import BrowserSessionRepository, session_digest
 from store.carts import CartRepository
 from store.crypto import TokenCipher
 from store.db import Database
 from store.demo import seed_demo_catalog
 from store.flows import FlowRepository
-from store.models import AuditEvent, Cart, CartItem, OAuthFlow, Order, table_of
+from store.models import AuditEvent, BrowserSession, Cart, CartItem, OAuthFlow, Order, table_of
 from store.orders import OrderReceipt, OrderRepository
 from store.principal import Principal
 from store.retention import purge_batch
@@ -36,6 +37,7 @@ POLICY = RetentionPolicy.of(audit_days=90, cart_days=30, request_state_ttl_secon
 SKU = "scarf-cashmere"
 
 _flow, _audit, _cart, _item, _order = (table_of(m) for m in (OAuthFlow, AuditEvent, Cart, CartItem, Order))
+_browser = table_of(BrowserSession)
 
 
 @pytest.fixture
@@ -108,6 +110,13 @@ async def test_purge_deletes_only_what_no_request_can_use_and_orders_outlive_the
     await _age(scratch, _audit, "created_at", "detail", "old", "91 days")
     await _age(scratch, _audit, "created_at", "detail", "recent", "89 days")
 
+    async with scratch.transaction() as conn:
+        for session_id in ("expired-long-ago", "expired-just-now", "live"):
+            await BrowserSessionRepository(conn).start(session_id, ALICE, lifetime=timedelta(minutes=15))
+    await _age(scratch, _browser, "expires_at", "session_digest", session_digest("expired-long-ago"), "1 hour")
+    # Dead already, but within the margin for an instance whose clock runs behind the database's.
+    await _age(scratch, _browser, "expires_at", "session_digest", session_digest("expired-just-now"), "10 seconds")
+
     abandoned, _, _ = await _new_cart(scratch)
     active, _, _ = await _new_cart(scratch)
     checked_out, order, replay_confirmation = await _new_cart(scratch, checked_out=True)
@@ -118,10 +127,12 @@ async def test_purge_deletes_only_what_no_request_can_use_and_orders_outlive_the
 
     totals = await purge(scratch, POLICY, batch_size=1)  # one row per batch: the loop, not one lucky statement
 
-    assert totals == {"oauth_flow": 2, "audit_event": 1, "cart": 2, "cart_item": 2}
+    assert totals == {"oauth_flow": 2, "audit_event": 1, "browser_session": 1, "cart": 2, "cart_item": 2}
     handles = [long_expired.handle, just_expired.handle, finished_long_ago.handle, open_link.handle]
     assert await _remaining(scratch, _flow, "handle", handles) == {just_expired.handle, open_link.handle}
     assert await _remaining(scratch, _audit, "detail", ["old", "recent"]) == {"recent"}
+    sessions = [session_digest(name) for name in ("expired-long-ago", "expired-just-now", "live")]
+    assert await _remaining(scratch, _browser, "session_digest", sessions) == set(sessions[1:])
     assert await _remaining(scratch, _cart, "handle", [abandoned, active, checked_out]) == {active}
     async with scratch.one_statement() as conn:
         placed = await OrderRepository(conn).view(ALICE, order)
@@ -132,7 +143,13 @@ async def test_purge_deletes_only_what_no_request_can_use_and_orders_outlive_the
     assert replayed.handle == order
     async with scratch.one_statement() as conn:
         assert await conn.scalar(select(func.count()).select_from(_order)) == 1
-    assert await purge(scratch, POLICY) == {"oauth_flow": 0, "audit_event": 0, "cart": 0, "cart_item": 0}
+    assert await purge(scratch, POLICY) == {
+        "oauth_flow": 0,
+        "audit_event": 0,
+        "browser_session": 0,
+        "cart": 0,
+        "cart_item": 0,
+    }
 
 
 async def test_retention_of_zero_keeps_audit_and_carts_but_never_shortens_the_replay_window() -> None:
@@ -174,7 +191,7 @@ def _purge_process(url: str) -> subprocess.Popen[str]:
 
 
 def test_two_purges_at_once_delete_every_row_exactly_once_without_errors(scratch_url: str) -> None:
-    rows = {"audit_event": 20_000, "oauth_flow": 6_000, "cart": 3_000}
+    rows = {"audit_event": 20_000, "oauth_flow": 6_000, "browser_session": 2_000, "cart": 3_000}
 
     async def seed() -> None:
         database = Database.connect(scratch_url)
@@ -196,6 +213,14 @@ def test_two_purges_at_once_delete_every_row_exactly_once_without_errors(scratch
                         "now() - interval '1 day' FROM generate_series(1, :n) AS n"
                     ),
                     {"n": rows["oauth_flow"]},
+                )
+                await conn.execute(
+                    text(
+                        "INSERT INTO browser_session (session_digest, principal_iss, principal_sub, expires_at) "
+                        "SELECT sha256(n::text::bytea), 'https://issuer.test', 'u', now() - interval '1 hour' "
+                        "FROM generate_series(1, :n) AS n"
+                    ),
+                    {"n": rows["browser_session"]},
                 )
                 await conn.execute(
                     text(

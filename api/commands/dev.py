@@ -11,6 +11,7 @@ dev IdP, then the embedded PostgreSQL; a ``DATABASE_URL`` server is left alone.
 import argparse
 import asyncio
 import contextlib
+import errno
 import fcntl
 import json
 import os
@@ -18,6 +19,7 @@ import re
 import secrets
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -28,7 +30,7 @@ from pathlib import Path
 
 import httpx2
 
-from api.commands.embedded_postgres import EmbeddedPostgresError, start_embedded_postgres
+from api.commands.embedded_postgres import EmbeddedPostgresError, require_embedded_postgres, start_embedded_postgres
 
 DEFAULT_DATA_DIR = ".coatcheck-dev"
 DATABASE_NAME = "coatcheck"
@@ -78,16 +80,54 @@ def check_node() -> str:
     return node
 
 
+def _open_own_file(path: Path) -> int:
+    """A read descriptor on ``path``, which must be a regular file owned by this user and no symbolic link.
+
+    ``O_NOFOLLOW`` and ``fstat`` on the open descriptor, so nothing can swap the file between the check and
+    the use: a link planted in the data directory would otherwise have its target chmodded and read.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise DevError(
+                f"{path} is a symbolic link; coatcheck dev does not follow links in its data directory: "
+                "remove it (a new one is generated) or use another --data-dir"
+            ) from None
+        raise DevError(f"cannot open {path}: {exc.strerror}") from None
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode) or info.st_uid != os.getuid():
+        os.close(fd)
+        what = "not a regular file" if not stat.S_ISREG(info.st_mode) else "not owned by the user running coatcheck dev"
+        raise DevError(f"{path} is {what}; coatcheck dev refuses to use it: remove it or use another --data-dir")
+    return fd
+
+
+def check_data_dir(data_dir: Path) -> None:
+    """Refuse a data directory (already resolved) that another user owns: they could plant files in it."""
+    info = data_dir.lstat()
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid():
+        raise DevError(f"{data_dir} is not a directory owned by the user running coatcheck dev; use another --data-dir")
+
+
 def load_or_create_secrets(path: Path) -> tuple[dict[str, str], bool]:
-    """The development secrets in ``path`` (mode 0600), generated on first use; and whether they were new."""
-    if path.exists():
-        os.chmod(path, 0o600)
-        stored = json.loads(path.read_text())
+    """The development secrets in ``path`` (mode 0600), generated on first use; and whether they were new.
+
+    Raises:
+        DevError: ``path`` is a symbolic link, not a regular file, not owned by this user, or not ours.
+    """
+    if os.path.lexists(path):
+        with os.fdopen(_open_own_file(path)) as stored_file:
+            os.fchmod(stored_file.fileno(), 0o600)
+            try:
+                stored = json.loads(stored_file.read())
+            except (ValueError, UnicodeDecodeError):
+                stored = None
         if isinstance(stored, dict) and all(isinstance(stored.get(name), str) for name in _SECRET_NAMES):
             return {name: stored[name] for name in _SECRET_NAMES}, False
         raise DevError(f"{path} is not a secrets file written by coatcheck dev: move it away and run again")
     generated = {name: f"dev-only-{secrets.token_urlsafe(32)}" for name in _SECRET_NAMES}
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
     with os.fdopen(fd, "w") as out:
         json.dump(generated, out, indent=2)
     return generated, True
@@ -285,7 +325,7 @@ def _interrupt(signum: int, frame: object) -> None:
 def run_dev(*, data_dir: Path, host: str, port: int, idp_port: int) -> None:
     """Run the development stack until SIGINT/SIGTERM (see the module docstring)."""
     from api.app import create_app
-    from api.cli import run_http_server
+    from api.serving import run_http_server
     from api.settings import Settings
 
     # SIGTERM ends the stack like Ctrl-C: uvicorn shuts down cleanly and re-raises the signal it caught,
@@ -294,8 +334,14 @@ def run_dev(*, data_dir: Path, host: str, port: int, idp_port: int) -> None:
     urls = DevUrls(host=host, port=port, idp_port=idp_port)
     node = check_node()
     devidp = devidp_directory()
+    if not os.environ.get("DATABASE_URL"):
+        try:
+            require_embedded_postgres()  # before anything is started or written
+        except EmbeddedPostgresError as exc:
+            raise DevError(str(exc)) from None
     data_dir = data_dir.resolve()
     data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    check_data_dir(data_dir)
     dev_secrets, created = load_or_create_secrets(data_dir / "secrets.json")
     _say(("generated development secrets in " if created else "reusing the data and secrets in ") + str(data_dir))
     ensure_devidp_installed(devidp, data_dir / "npm-install.log")

@@ -52,7 +52,15 @@ class RetentionPolicy:
         def age(days: int) -> timedelta | None:
             return max(timedelta(days=days), replay_window) if days > 0 else None
 
-        return cls(ages={"oauth_flow": replay_window, "audit_event": age(audit_days), "cart": age(cart_days)})
+        return cls(
+            ages={
+                "oauth_flow": replay_window,
+                "audit_event": age(audit_days),
+                # Dead at expires_at already; the margin covers instances whose clocks run behind the database's.
+                "browser_session": REPLAY_MARGIN,
+                "cart": age(cart_days),
+            }
+        )
 
     @classmethod
     def from_settings(cls, settings: RetentionSettings) -> "RetentionPolicy":

@@ -14,10 +14,17 @@ The SDK speaks the protocol; this wrapper only adds the operator's policy around
   start OAuth discovery from a 401). Any other origin's preflight gets 403, and the SDK's Origin check
   still refuses its requests;
 * a request with no bearer credentials at all gets a bare ``401`` challenge: RFC 6750 §3.1 says no error
-  code then (the SDK would say ``invalid_token``, which it still does for a token that fails).
+  code then (the SDK would say ``invalid_token``, which it still does for a token that fails);
+* a client that goes away before its body has arrived (it closed the connection, or the body deadline of
+  :mod:`api.http_guard` closed it) ends the request with one DEBUG line. The SDK's body read raises
+  Starlette's ``ClientDisconnect``: its 2026-07-28 lane lets it reach uvicorn as "Exception in ASGI
+  application" with three chained tracebacks (caught here), its handshake-era lane logs it itself as
+  "Error handling POST request" with a traceback (that record is dropped by
+  :func:`install_quiet_client_disconnects`). Either would be a log flood any client could buy.
 """
 
 import json
+import logging
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -25,8 +32,11 @@ from litestar.types import ASGIApp, HTTPResponseBodyEvent, HTTPResponseStartEven
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp_types import HEADER_MISMATCH, INVALID_REQUEST, UNSUPPORTED_PROTOCOL_VERSION
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
+from starlette.requests import ClientDisconnect
 
 from api.settings import Settings
+
+logger = logging.getLogger(__name__)
 
 _LOOPBACK = ("localhost", "127.0.0.1", "[::1]")
 _PROTOCOL_VERSION_META = "io.modelcontextprotocol/protocolVersion"
@@ -209,6 +219,50 @@ def transport_security(settings: Settings) -> TransportSecuritySettings:
     return TransportSecuritySettings(enable_dns_rebinding_protection=True, allowed_hosts=hosts, allowed_origins=origins)
 
 
+def _listed(value: str, allowed: list[str]) -> bool:
+    """The SDK's rule for its allow-lists: an exact entry, or ``name:*`` for that name on any port."""
+    return value in allowed or any(entry.endswith(":*") and value.startswith(entry[:-1]) for entry in allowed)
+
+
+def foreign_request_refusal(
+    host: str | None, origin: str | None, security: TransportSecuritySettings
+) -> tuple[int, str] | None:
+    """The status and text the SDK's transport answers a request from a foreign Host or Origin, else ``None``.
+
+    For routes outside the SDK (``/metrics``) that must refuse DNS-rebinding pages exactly as ``/mcp`` does:
+    a ``Host`` not on the allow-list is ``421``, an ``Origin`` not on it is ``403`` (no ``Origin`` at all is a
+    same-origin or non-browser request, which is allowed).
+    """
+    if not security.enable_dns_rebinding_protection:
+        return None
+    if not host or not _listed(host, security.allowed_hosts):
+        return 421, "Invalid Host header"
+    if origin and not _listed(origin, security.allowed_origins):
+        return 403, "Invalid Origin header"
+    return None
+
+
+_GONE = "the client went away before its request body arrived"
+_LEGACY_TRANSPORT_LOGGER = "mcp.server.streamable_http"  # the SDK's handshake-era transport
+
+
+class _QuietClientDisconnect(logging.Filter):
+    """Replace the legacy transport's error record for a ``ClientDisconnect`` with one DEBUG line of ours."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info is not None and isinstance(record.exc_info[1], ClientDisconnect):
+            logger.debug(_GONE)
+            return False
+        return True
+
+
+def install_quiet_client_disconnects() -> None:
+    """Attach :class:`_QuietClientDisconnect` to the SDK's legacy transport logger, once per process."""
+    sdk_logger = logging.getLogger(_LEGACY_TRANSPORT_LOGGER)
+    if not any(isinstance(f, _QuietClientDisconnect) for f in sdk_logger.filters):
+        sdk_logger.addFilter(_QuietClientDisconnect())
+
+
 class McpEndpoint:
     """ASGI wrapper applying the edge policy above, then handing the request to the SDK's app."""
 
@@ -254,4 +308,8 @@ class McpEndpoint:
             await _send_challenge(send, self._resource_metadata_url)
             return
         scope["headers"] = [(name, value.strip(b" \t")) for name, value in scope["headers"]]
-        await self._sdk_app(scope, receive, send)
+        try:
+            await self._sdk_app(scope, receive, send)
+        except ClientDisconnect:
+            # Nobody is left to answer; whatever the SDK tried to send went nowhere (uvicorn drops it).
+            logger.debug(_GONE)

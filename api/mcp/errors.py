@@ -26,7 +26,8 @@ from typing import Literal, ParamSpec, TypeVar
 from mcp.server.mcpserver.exceptions import ToolError
 
 from api.oauth.client import OAuthFailure
-from api.oauth.providers import ProviderConfig, ProviderUnavailable
+from api.oauth.providers import ProviderUnavailable
+from api.provider_config import ProviderConfig
 from store.errors import Conflict, DecryptError, InvalidInput, NotFound, Unavailable
 
 logger = logging.getLogger(__name__)

@@ -57,14 +57,23 @@ class LineOut(_FromStore):
     line_total_cents: int
 
 
+class CartLineOut(LineOut):
+    """One line of a cart, priced from the catalog now."""
+
+    available: bool = Field(
+        description="false: the product is no longer sold (retired); the line keeps its name and last price, "
+        "is not in total_cents, and must be removed (quantity 0) before checkout"
+    )
+
+
 class CartOut(_FromStore):
     """A cart with its lines. ``version`` increases on every change."""
 
     cart_id: str = Field(validation_alias=_also("handle", "cart_id"))
     version: int
     status: CartStatus = Field(description="open or checked_out")
-    items: list[LineOut]
-    total_cents: int
+    items: list[CartLineOut]
+    total_cents: int = Field(description="Sum over the available lines")
     currency: str | None = Field(description="ISO 4217 code of the items; null while the cart is empty")
 
 

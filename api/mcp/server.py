@@ -3,10 +3,10 @@
 from datetime import timedelta
 from typing import Literal, cast
 
+from mcp.server.auth.provider import TokenVerifier
 from mcp.server.auth.settings import AuthSettings
 from mcp.server.mcpserver import MCPServer, RequestStateSecurity
 
-from api.auth import JwtVerifier
 from api.mcp import sdk_hooks
 from api.mcp.capabilities import AdvertisedCapabilities
 from api.mcp.cursors import CursorSigner
@@ -31,7 +31,7 @@ LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]
 
 
 def build_mcp_server(
-    settings: Settings, database: Database, verifier: JwtVerifier, connections: Connections
+    settings: Settings, database: Database, verifier: TokenVerifier, connections: Connections
 ) -> MCPServer[ToolDeps]:
     """The production MCP server: every tool, auth required, requestState sealed under the shared ring.
 
@@ -52,7 +52,7 @@ def build_mcp_server(
         instructions=INSTRUCTIONS,
         token_verifier=verifier,
         auth=AuthSettings(
-            issuer_url=settings.oidc_issuer,  # type: ignore[arg-type]  # pydantic coerces the str
+            issuer_url=settings.authorization_server_url,  # type: ignore[arg-type]  # pydantic coerces the str
             resource_server_url=settings.mcp_resource_url,  # type: ignore[arg-type]
             # The verifier checks the audience itself (with RFC 8707 case rules), so the SDK need not.
             validate_token_resource=False,

@@ -129,9 +129,9 @@ def register_cart_tools(
     mcp.add_tool(
         catalog_search,
         name="catalog_search",
-        description="Search the product catalog by sku or name (case-insensitive substring). Products whose "
-        "sku starts with the query come first; each group is in sku order. An empty query lists products in "
-        "sku order. `more` says that more products match than were returned (then the non-prefix matches "
+        description="Search the products on sale by sku or name (case-insensitive substring). Products whose "
+        "sku starts with the query (in any case) come first; each group is in sku order. An empty query lists "
+        "products in sku order. `more` says that more products match than were returned (then the non-prefix matches "
         "shown are some of them): narrow the query or raise limit.",
         annotations=READ_ONLY,
     )
@@ -152,7 +152,8 @@ def register_cart_tools(
         description="Set the quantity of one product in a cart to an absolute value (0 removes the line), "
         "so retrying the call has the same effect as calling it once. Returns the updated cart. "
         "Pass expected_version (from cart_view) to refuse the change if someone else changed the cart. "
-        f"A cart holds at most {max_cart_lines} different products.",
+        f"A cart holds at most {max_cart_lines} different products. A product no longer sold cannot be added; "
+        "its line can still be removed.",
         annotations=ToolAnnotations(
             read_only_hint=False, destructive_hint=False, idempotent_hint=True, open_world_hint=False
         ),
@@ -160,7 +161,8 @@ def register_cart_tools(
     mcp.add_tool(
         cart_view,
         name="cart_view",
-        description="Show a cart: its lines with prices, total, status and version.",
+        description="Show a cart: its lines with prices, total, status and version. A line with available: "
+        "false holds a product no longer sold: remove it (cart_set_item quantity 0) before checking out.",
         annotations=READ_ONLY,
     )
     mcp.add_tool(

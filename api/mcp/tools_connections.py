@@ -32,8 +32,8 @@ from api.mcp.results import compact
 from api.mcp.rounds import RequestState, require_input_rounds
 from api.mcp.schemas import ConnectionListOut, ConnectionOut, DisconnectOut, WhoamiOut
 from api.oauth.client import Unauthorized
-from api.oauth.providers import ProviderConfig
 from api.oauth.service import Connections
+from api.provider_config import ProviderConfig
 from store.flows import Flow
 
 logger = logging.getLogger(__name__)

@@ -4,10 +4,13 @@ One small class serves both of Coatcheck's roles as an OAuth client: signing the
 ``OIDC_ISSUER`` and connecting third-party providers. Each operation opens a short-lived
 ``AsyncOAuth2Client`` (they are cheap and hold per-token state we do not want shared); nothing here logs a
 token, code, verifier or secret, and failures surface as :class:`OAuthFailure` carrying only the OAuth
-error code.
+error code. A provider's error string is outside text: it becomes that code only when it looks like one
+(:func:`provider_error_code`), so whatever a broken or hostile provider sends cannot reach a log line, a
+stored flow or a tool result as it is.
 """
 
 import logging
+import re
 import secrets
 import time
 from dataclasses import dataclass
@@ -18,9 +21,27 @@ import httpx2
 from authlib.integrations.base_client import OAuthError  # type: ignore[import-untyped]
 from authlib.integrations.httpx_client import AsyncOAuth2Client  # type: ignore[import-untyped]
 
+from api.escaping import escape_controls
+
 logger = logging.getLogger(__name__)
 
 TIMEOUT = httpx2.Timeout(10.0)
+# RFC 6749 §4.1.2.1 / §5.2 codes and the registered extensions are short snake_case words.
+_ERROR_CODE = re.compile(r"[a-z_]{1,40}")
+_UNRECOGNISED = "provider_error"
+_SHOWN_CHARS = 80  # of an unrecognised error string, in the log line that reports it
+
+
+def provider_error_code(value: object) -> str:
+    """The OAuth error code a provider (or its redirect) sent, or ``provider_error`` if it is not one."""
+    return value if isinstance(value, str) and _ERROR_CODE.fullmatch(value) else _UNRECOGNISED
+
+
+def _shown(value: object) -> str:
+    """An unrecognised error string for a log line: escaped and cut short (it is outside text)."""
+    text = str(value)
+    cut = text[:_SHOWN_CHARS] + ("..." if len(text) > _SHOWN_CHARS else "")
+    return escape_controls(cut)
 
 
 class OAuthFailure(Exception):  # noqa: N818 - a verdict, like store.errors
@@ -168,8 +189,8 @@ class OAuthClient:
             error = "revocation_failed"
             try:
                 body = response.json()
-                if isinstance(body, dict) and isinstance(body.get("error"), str):
-                    error = body["error"]
+                if isinstance(body, dict) and body.get("error"):
+                    error = provider_error_code(body["error"])
             except ValueError:
                 pass
             logger.warning("token revocation answered HTTP %s (%s)", response.status_code, error)
@@ -180,8 +201,12 @@ class OAuthClient:
         try:
             return await awaitable
         except OAuthError as exc:
-            error = str(getattr(exc, "error", None) or "oauth_error")
-            logger.info("%s refused by the provider: %s", what, error)
+            sent = getattr(exc, "error", None)
+            error = provider_error_code(sent) if sent else "oauth_error"
+            if error == _UNRECOGNISED:
+                logger.info("%s refused by the provider with an unrecognised error: %s", what, _shown(sent))
+            else:
+                logger.info("%s refused by the provider: %s", what, error)
             raise OAuthFailure(error) from None
         except httpx2.HTTPStatusError as exc:
             logger.warning("%s failed: HTTP %s", what, exc.response.status_code)

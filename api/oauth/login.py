@@ -3,17 +3,17 @@
 Authorization code + PKCE as the confidential client ``OIDC_CLIENT_ID``. The ID token is verified in full
 by authlib's OIDC validation (:func:`api.jose.verify_id_token`, shared with the providers' ID tokens):
 signature against the issuer's JWKS (the same cache the MCP token verifier uses), ``iss`` equal to
-``OIDC_ISSUER``, ``aud`` containing ``OIDC_CLIENT_ID`` (and ``azp`` equal to it when there are several
-audiences), ``exp``/``iat``, ``at_hash`` when present, and ``nonce`` equal to the one this browser was sent
-with. The result is the (issuer, subject) pair, which is exactly how an MCP principal is named, so /connect
-can compare them.
+``OIDC_ISSUER`` exactly as configured (a trailing slash is part of it, as in the MCP tokens), ``aud``
+containing ``OIDC_CLIENT_ID`` (and ``azp`` equal to it when there are several audiences), ``exp``/``iat``,
+``at_hash`` when present, and ``nonce`` equal to the one this browser was sent with. The result is the
+(issuer, subject) pair, which is exactly how an MCP principal is named, so /connect can compare them.
 
 The authorization endpoint is the public one from the issuer's metadata (the browser goes there); the
 token endpoint is reached through ``OIDC_ISSUER_INTERNAL_URL`` when set, like the JWKS.
 
 Signing out at the issuer too (OpenID RP-Initiated Logout 1.0) uses the ``end_session_endpoint`` from the
 same metadata, with ``client_id`` and a registered ``post_logout_redirect_uri`` only: no ``id_token_hint``,
-because the ID token is not kept after sign-in (the session cookie holds the issuer and subject alone).
+because the ID token is not kept after sign-in (the session cookie holds the issuer, the subject and a session id).
 """
 
 import logging
@@ -23,7 +23,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from api.jose import IssuerMetadata, IssuerUnavailable, JwksCache, JwtRejected, verify_id_token
 from api.oauth.client import OAuthClient, OAuthFailure
-from api.oauth.session import BrowserSession
+from store.principal import Principal
 
 logger = logging.getLogger(__name__)
 
@@ -84,7 +84,7 @@ class OidcLogin:
             nonce=nonce,
         )
 
-    async def complete(self, *, code: str, code_verifier: str, nonce: str) -> BrowserSession:
+    async def complete(self, *, code: str, code_verifier: str, nonce: str) -> Principal:
         """Redeem the code and verify the ID token; return who signed in.
 
         Raises:
@@ -104,7 +104,7 @@ class OidcLogin:
             raise LoginFailed("the token response has no ID token")
         return await self.verify_id_token(tokens.id_token, nonce=nonce, access_token=tokens.access_token)
 
-    async def verify_id_token(self, id_token: str, *, nonce: str, access_token: str | None = None) -> BrowserSession:
+    async def verify_id_token(self, id_token: str, *, nonce: str, access_token: str | None = None) -> Principal:
         """Check signature, issuer, audience, lifetime and nonce (OIDC Core §3.1.3.7).
 
         Raises:
@@ -122,7 +122,10 @@ class OidcLogin:
             )
         except JwtRejected as exc:
             raise LoginFailed(f"ID token {exc}") from None
-        return BrowserSession(issuer=self.issuer, subject=str(claims["sub"]))
+        try:
+            return Principal(issuer=self.issuer, subject=str(claims["sub"]))
+        except ValueError:
+            raise LoginFailed("ID token has an empty subject") from None
 
     async def end_session_url(self, *, post_logout_redirect_uri: str) -> str | None:
         """Where to send a signed-out browser to end its session at the issuer too, or ``None`` when the

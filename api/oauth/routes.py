@@ -1,7 +1,8 @@
 """The browser side of a connection: ``/connect/{flow}``, ``/oauth/login/callback``, ``/oauth/callback``.
 
 ``GET /connect/{flow}``
-    Needs a browser session; without one the browser is sent to sign in at ``OIDC_ISSUER`` first. Then the
+    Needs a live browser session (:mod:`api.oauth.browser_sessions`: its cookie opens and sign-out has not
+    ended it); without one the browser is sent to sign in at ``OIDC_ISSUER`` first. Then the
     signed-in (issuer, subject) is compared with the flow's principal *before anything else is done with the
     flow*: a mismatch is a 403 page, an audit entry and nothing stored. Editing the URL cannot change whose
     flow it is, because the flow row names its principal and the session names the browser's user. On a
@@ -9,8 +10,8 @@
     provider.
 ``GET /oauth/login/callback``
     Finishes the sign-in: ``state`` must equal the one in the sealed login cookie of this browser; the code
-    is redeemed with PKCE and the ID token verified (``api.oauth.login``). Sets the session cookie and goes
-    back to ``/connect/{flow}``.
+    is redeemed with PKCE and the ID token verified (``api.oauth.login``). Records a new browser session, sets
+    its cookie and goes back to ``/connect/{flow}``.
 ``GET /oauth/callback``
     The provider's redirect. ``state`` must name an open flow (unknown, reused or expired: 400), and the
     browser's user must be the flow's principal *before* the state is consumed: a replay of the callback URL
@@ -25,7 +26,6 @@ drops every query string (:class:`api.logs.RedactQueryStrings`).
 
 import hmac
 import logging
-import re
 from typing import Annotated, Any
 
 from litestar import Request, Response, get
@@ -34,15 +34,15 @@ from litestar.handlers import HTTPRouteHandler
 from litestar.params import PathParameter, QueryParameter
 
 from api.oauth import pages
-from api.oauth.client import OAuthFailure, new_code_verifier, new_secret
+from api.oauth.browser_sessions import BrowserSessions
+from api.oauth.client import OAuthFailure, new_code_verifier, new_secret, provider_error_code
 from api.oauth.login import LoginFailed, OidcLogin
 from api.oauth.providers import ProviderUnavailable
 from api.oauth.service import Connections
-from api.oauth.session import LOGIN, SESSION, CookieJar, LoginInProgress
+from api.oauth.session import LOGIN, SESSION, LoginInProgress
 from store.errors import DecryptError, NotFound
 from store.flows import FLOW_PREFIX
 from store.handles import is_well_formed
-from store.principal import Principal
 
 logger = logging.getLogger(__name__)
 
@@ -51,11 +51,6 @@ LOGIN_CALLBACK_PATH = "/oauth/login/callback"
 StateParam = Annotated[str | None, QueryParameter(name="state")]
 # Declared explicitly: Litestar deprecates inferring where a handler argument comes from.
 QueryParam = Annotated[str | None, QueryParameter()]
-_ERROR_CODE = re.compile(r"[a-z_]{1,40}")
-
-
-def _error_code(value: str) -> str:
-    return value if _ERROR_CODE.fullmatch(value) else "provider_error"
 
 
 def _clearing(response: Response[str], cookie: Cookie) -> Response[str]:
@@ -64,15 +59,16 @@ def _clearing(response: Response[str], cookie: Cookie) -> Response[str]:
     return response
 
 
-def browser_routes(connections: Connections, login: OidcLogin, jar: CookieJar) -> list[HTTPRouteHandler]:
+def browser_routes(connections: Connections, login: OidcLogin, sessions: BrowserSessions) -> list[HTTPRouteHandler]:
     """The three browser routes, closed over the instance's services (no globals)."""
     registry = connections.registry
+    jar = sessions.jar
 
     @get("/connect/{flow:str}", include_in_schema=False)
     async def connect(request: Request[Any, Any, Any], flow: Annotated[str, PathParameter()]) -> Response[str]:
         if len(flow) > 100 or not is_well_formed(flow, FLOW_PREFIX):
             return pages.not_found()
-        session = jar.read_session(request.cookies)
+        session = await sessions.current(request.cookies)
         if session is None or session.issuer != login.issuer:
             state, nonce, verifier = new_secret(), new_secret(), new_code_verifier()
             try:
@@ -82,7 +78,7 @@ def browser_routes(connections: Connections, login: OidcLogin, jar: CookieJar) -
                 return pages.login_failed()
             pending = LoginInProgress(state=state, nonce=nonce, code_verifier=verifier, flow=flow)
             return pages.redirect(url, cookies=[jar.login_cookie(pending)])
-        browser_user = Principal(issuer=session.issuer, subject=session.subject)
+        browser_user = session.principal
         found = await connections.flow_for_browser(flow)
         if found is None:
             return pages.not_found()
@@ -90,7 +86,8 @@ def browser_routes(connections: Connections, login: OidcLogin, jar: CookieJar) -
         if found.principal != browser_user:
             await connections.record_mismatch(found, browser_user, "connect_page")
             logger.warning("connect link opened by another user than its owner; refused")
-            return _clearing(pages.wrong_user(), jar.clear(SESSION))  # so the rightful user can sign in here
+            await sessions.end(session)  # so the rightful user can sign in here
+            return _clearing(pages.wrong_user(), jar.clear(SESSION))
         provider = registry.get(found.provider)
         if found.status != "pending" or provider is None:
             return pages.not_found()
@@ -120,16 +117,20 @@ def browser_routes(connections: Connections, login: OidcLogin, jar: CookieJar) -
                 jar.clear(LOGIN),
             )
         if error or not code or (iss is not None and iss != login.issuer):
-            logger.info("browser sign-in did not complete: %s", _error_code(error) if error else "no code or bad iss")
+            reason = provider_error_code(error) if error else "no code or bad iss"
+            logger.info("browser sign-in did not complete: %s", reason)
             return _clearing(pages.login_failed(), jar.clear(LOGIN))
         try:
-            session = await login.complete(code=code, code_verifier=pending.code_verifier, nonce=pending.nonce)
+            person = await login.complete(code=code, code_verifier=pending.code_verifier, nonce=pending.nonce)
         except LoginFailed as exc:
             logger.info("browser sign-in failed: %s", exc)
             return _clearing(pages.login_failed(), jar.clear(LOGIN))
+        # A sign-in started by the authorization server's pages returns to that page (a path of ours,
+        # sealed in the login cookie); otherwise to the connect link.
+        back_to = pending.flow if pending.flow.startswith("/oauth/") else f"/connect/{pending.flow}"
         return pages.redirect(
-            f"{connections.public_url}/connect/{pending.flow}",
-            cookies=[jar.session_cookie(session), jar.clear(LOGIN)],
+            f"{connections.public_url}{back_to}",
+            cookies=[await sessions.start(person), jar.clear(LOGIN)],
         )
 
     @get("/oauth/callback", include_in_schema=False)
@@ -148,14 +149,16 @@ def browser_routes(connections: Connections, login: OidcLogin, jar: CookieJar) -
             return pages.bad_callback(unusable)
         # Whose browser this is, before anything is used up: a replay of the callback URL from another
         # browser (or from none) is refused and leaves the state, and so the owner's flow, as it was.
-        session = jar.read_session(request.cookies)
-        browser_user = Principal(issuer=session.issuer, subject=session.subject) if session else None
+        session = await sessions.current(request.cookies)
+        browser_user = session.principal if session else None
         if browser_user != pending.principal:
             logger.warning("provider callback from a browser that is not the flow owner's; refused, state kept")
             if browser_user is None:
                 return pages.wrong_user()
             await connections.record_mismatch(pending, browser_user, "callback")
-            return _clearing(pages.wrong_user(), jar.clear(SESSION))  # so the rightful user can sign in here
+            if session is not None:
+                await sessions.end(session)  # so the rightful user can sign in here
+            return _clearing(pages.wrong_user(), jar.clear(SESSION))
         try:
             consumed = await connections.consume(oauth_state)
         except DecryptError:
@@ -169,7 +172,7 @@ def browser_routes(connections: Connections, login: OidcLogin, jar: CookieJar) -
             await connections.fail(flow, "failed", "unknown_provider")
             return pages.failed(flow.provider)
         if error:
-            code_ = _error_code(error)
+            code_ = provider_error_code(error)
             if code_ == "access_denied":
                 await connections.fail(flow, "denied", code_)
                 return pages.denied(provider.label)

@@ -30,8 +30,9 @@ from api.oauth.client import (
     new_code_verifier,
     new_secret,
 )
-from api.oauth.providers import ProviderConfig, ProviderRegistry
+from api.oauth.providers import ProviderRegistry
 from api.oauth.refresh import RefreshTiming, TokenRefresher
+from api.provider_config import ProviderConfig
 from store.audit import AuditRepository, identity_digest
 from store.crypto import TokenCipher
 from store.db import Database

@@ -5,7 +5,9 @@ Both cookies are sealed (so they are signed and unreadable) by the token vault's
 (HKDF info ``coatcheck/browser-cookie/v1/aes-256-gcm``): no extra secret to manage, and no key shared with
 the vault. ``keys[0]`` seals; every ring key opens, so a rotation does not sign everybody out. The cookie
 name is the associated data, and the name and an expiry are inside the sealed payload, so a login cookie
-cannot be replayed as a session cookie and an old cookie stops working even if a browser keeps it. (The
+cannot be replayed as a session cookie and an old cookie stops working even if a browser keeps it. The
+session cookie also names a random session id, whose record in PostgreSQL must be live for the cookie to
+open a session (:mod:`api.oauth.browser_sessions`): sign-out deletes it, so copies of the cookie die too. (The
 value reads ``v1.<kid>.<b64url>`` since the cookies moved onto that primitive; a cookie in the older bare
 format no longer opens, which only means signing in again.)
 
@@ -28,6 +30,7 @@ from typing import Any
 from litestar.datastructures import Cookie
 
 from store.crypto import DecryptError, TokenCipher, derive_key
+from store.principal import Principal
 
 COOKIE_PURPOSE = "browser-cookie"
 _SIGNOUT_INFO = b"coatcheck/browser-signout/v1/hmac-sha256"
@@ -41,10 +44,19 @@ def _b64(data: bytes) -> str:
 
 @dataclass(frozen=True, slots=True)
 class BrowserSession:
-    """Who the browser proved to be at ``OIDC_ISSUER`` (the same pair as an MCP principal)."""
+    """Who the browser proved to be at ``OIDC_ISSUER`` (the same pair as an MCP principal), and which sign-in.
+
+    ``session_id`` is random and names the server-side record of this sign-in
+    (:mod:`api.oauth.browser_sessions`): the cookie opens a session only while that record is live.
+    """
 
     issuer: str
     subject: str
+    session_id: str
+
+    @property
+    def principal(self) -> Principal:
+        return Principal(issuer=self.issuer, subject=self.subject)
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,17 +114,19 @@ class CookieJar:
         )
 
     def session_cookie(self, session: BrowserSession) -> Cookie:
-        value = self._seal(SESSION, {"iss": session.issuer, "sub": session.subject}, self.session_seconds)
+        payload = {"iss": session.issuer, "sub": session.subject, "sid": session.session_id}
+        value = self._seal(SESSION, payload, self.session_seconds)
         return self._cookie(SESSION, value, self.session_seconds)
 
     def read_session(self, cookies: dict[str, str]) -> BrowserSession | None:
         payload = self._open(SESSION, cookies.get(self.name(SESSION)))
         if payload is None:
             return None
-        issuer, subject = payload.get("iss"), payload.get("sub")
-        if not isinstance(issuer, str) or not isinstance(subject, str) or not issuer or not subject:
-            return None
-        return BrowserSession(issuer=issuer, subject=subject)
+        values = [payload.get(key) for key in ("iss", "sub", "sid")]
+        if not all(isinstance(value, str) and value for value in values):
+            return None  # a cookie sealed before sessions had ids included: the browser signs in again
+        issuer, subject, session_id = (str(value) for value in values)
+        return BrowserSession(issuer=issuer, subject=subject, session_id=session_id)
 
     def login_cookie(self, login: LoginInProgress) -> Cookie:
         payload = {"s": login.state, "n": login.nonce, "v": login.code_verifier, "f": login.flow}

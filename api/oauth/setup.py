@@ -8,6 +8,7 @@ import httpx2
 from litestar.handlers import HTTPRouteHandler
 
 from api.jose import IssuerMetadata, JwksCache
+from api.oauth.browser_sessions import BrowserSessions
 from api.oauth.client import ClientCredentials, OAuthClient
 from api.oauth.login import OidcLogin
 from api.oauth.providers import ProviderRegistry
@@ -52,11 +53,9 @@ def build_connections(
     )
 
 
-def build_browser_routes(
-    settings: Settings, connections: Connections, issuer: IssuerMetadata, jwks: JwksCache
-) -> list[HTTPRouteHandler]:
-    """``/connect/{flow}``, the two OAuth callbacks and ``/connect/signout``, with the OIDC login and cookie jar."""
-    login = OidcLogin(
+def browser_login(settings: Settings, issuer: IssuerMetadata, jwks: JwksCache) -> OidcLogin:
+    """Coatcheck's OpenID Connect client at ``OIDC_ISSUER`` for the browser sign-in."""
+    return OidcLogin(
         issuer=issuer,
         client_id=settings.oidc_client_id,
         client=OAuthClient(
@@ -68,11 +67,23 @@ def build_browser_routes(
         redirect_uri=f"{settings.public_url}{LOGIN_CALLBACK_PATH}",
         leeway=settings.jwt_leeway_seconds,
     )
-    jar = CookieJar(
+
+
+def cookie_jar(settings: Settings) -> CookieJar:
+    """The sealed browser cookies (session, sign-in in progress)."""
+    return CookieJar(
         # The cookie key is derived (HKDF, own label) from the newest token key: no extra secret.
         settings.token_key_ring,
         secure=urlsplit(settings.public_url).scheme == "https",
         session_seconds=settings.browser_session_seconds,
         login_seconds=LOGIN_COOKIE_SECONDS,
     )
-    return [*browser_routes(connections, login, jar), *signout_routes(jar, login, settings.public_url)]
+
+
+def build_browser_routes(
+    settings: Settings, connections: Connections, issuer: IssuerMetadata, jwks: JwksCache
+) -> list[HTTPRouteHandler]:
+    """``/connect/{flow}``, the two OAuth callbacks and ``/connect/signout``, with the OIDC login and cookie jar."""
+    login = browser_login(settings, issuer, jwks)
+    sessions = BrowserSessions(cookie_jar(settings), connections.database)
+    return [*browser_routes(connections, login, sessions), *signout_routes(sessions, login, settings.public_url)]

@@ -1,6 +1,8 @@
 """Signing the browser out of ``/connect``: ``GET /connect/signout`` (a page with a button), ``POST`` (ends it).
 
-The POST clears the session cookie of ``/connect`` (and a sign-in in progress). When the issuer's metadata
+The POST ends the browser session server-side (its record in PostgreSQL is deleted, so a copy of the
+session cookie taken before sign-out opens nothing any more, on any replica: :mod:`api.oauth.browser_sessions`)
+and clears the session cookie of ``/connect`` (and a sign-in in progress). When the issuer's metadata
 advertises an ``end_session_endpoint``, it then sends the browser there (OpenID RP-Initiated Logout 1.0, with
 ``client_id`` and ``post_logout_redirect_uri`` = this page, no ``id_token_hint`` because none is kept), so
 the identity provider's own session ends too and the next person at this browser must sign in again. The
@@ -23,16 +25,18 @@ from litestar import Request, Response, get, post
 from litestar.handlers import HTTPRouteHandler
 
 from api.oauth import pages
+from api.oauth.browser_sessions import BrowserSessions
 from api.oauth.login import OidcLogin, web_origin
-from api.oauth.session import LOGIN, SESSION, CookieJar
+from api.oauth.session import LOGIN, SESSION
 
 logger = logging.getLogger(__name__)
 
 SIGNOUT_PATH = "/connect/signout"
 
 
-def signout_routes(jar: CookieJar, login: OidcLogin, public_url: str) -> list[HTTPRouteHandler]:
+def signout_routes(sessions: BrowserSessions, login: OidcLogin, public_url: str) -> list[HTTPRouteHandler]:
     """The sign-out page and its form target."""
+    jar = sessions.jar
     own_origin = web_origin(public_url)  # as a browser's Origin header spells it (host in lower case)
     # Registered at the issuer as the client's post_logout_redirect_uri.
     after_issuer_signout = f"{public_url}{SIGNOUT_PATH}"
@@ -43,7 +47,7 @@ def signout_routes(jar: CookieJar, login: OidcLogin, public_url: str) -> list[HT
     @get(SIGNOUT_PATH, include_in_schema=False)
     async def signout_page(request: Request[Any, Any, Any]) -> Response[str]:
         sealed = request.cookies.get(jar.name(SESSION))
-        session = jar.read_session(request.cookies)
+        session = await sessions.current(request.cookies)
         end_session = await issuer_signout()
         if sealed is None or session is None:
             return pages.signed_out(
@@ -63,12 +67,14 @@ def signout_routes(jar: CookieJar, login: OidcLogin, public_url: str) -> list[HT
             logger.warning("sign-out refused: the request did not come from this server's page")
             return pages.signout_refused()
         sealed = request.cookies.get(jar.name(SESSION))
-        if sealed is not None and jar.read_session(request.cookies) is not None:
+        session = await sessions.current(request.cookies)
+        if sealed is not None and session is not None:
             form = await request.form()
             token = form.get("token")
             if not isinstance(token, str) or not jar.signout_token_matches(sealed, token):
                 logger.warning("sign-out refused: missing or wrong form token")
                 return pages.signout_refused()
+            await sessions.end(session)  # every copy of this cookie stops working here, on every replica
         cleared = [jar.clear(SESSION), jar.clear(LOGIN)]
         end_session = await issuer_signout()
         if end_session is not None:

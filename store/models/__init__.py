@@ -6,14 +6,22 @@ be scoped to it and the data could later be distributed by principal. Importing 
 registers every table on ``Base.metadata``.
 """
 
+from store.models.authserver import AsAuthorizationCode, AsClient, AsConsent, AsGrant, AsRefreshToken
 from store.models.base import Base, table_of
+from store.models.browser import BrowserSession
 from store.models.carts import Cart, CartItem, Product
 from store.models.connections import AuditEvent, OAuthFlow, ProviderConnection
 from store.models.orders import Order, OrderLine
 
 __all__ = [
+    "AsAuthorizationCode",
+    "AsClient",
+    "AsConsent",
+    "AsGrant",
+    "AsRefreshToken",
     "AuditEvent",
     "Base",
+    "BrowserSession",
     "Cart",
     "CartItem",
     "OAuthFlow",

@@ -4,6 +4,7 @@ from datetime import datetime
 
 from sqlalchemy import (
     BigInteger,
+    Boolean,
     CheckConstraint,
     DateTime,
     ForeignKey,
@@ -20,7 +21,11 @@ from store.models.base import Base
 
 
 class Product(Base):
-    """A catalog entry. Shared by everyone, so it carries no principal."""
+    """A catalog entry. Shared by everyone, so it carries no principal.
+
+    Products are never deleted: retiring one sets ``active`` false (``coatcheck catalog import``), so the
+    cart lines and their foreign key stay valid while search, cart_set_item and checkout leave it out.
+    """
 
     __tablename__ = "product"
     __table_args__ = (
@@ -28,7 +33,15 @@ class Product(Base):
         CheckConstraint("currency ~ '^[A-Z]{3}$'", name="currency_iso"),
         # sku prefixes as a range scan whatever the database collation (store/catalog.py): byte order.
         # Alembic's comparison cannot see an index collation; tests/store/test_migrations.py checks it.
+        # Served the previous release's case-sensitive prefix search; a contract migration drops it.
         Index("ix_product_sku_prefix", text('sku COLLATE "C"')),
+        # The case-insensitive sku prefix of catalog_search, over the products still sold (migration c21e00000001).
+        Index(
+            "ix_product_sku_ci_prefix",
+            text('lower(sku) COLLATE "C"'),
+            text('sku COLLATE "C"'),
+            postgresql_where=text("active"),
+        ),
         # Substring search; needs pg_trgm, which the migration installs when the server offers it.
         Index(
             "ix_product_search_trgm",
@@ -44,6 +57,7 @@ class Product(Base):
     name: Mapped[str] = mapped_column(Text)
     unit_price_cents: Mapped[int] = mapped_column(Integer)
     currency: Mapped[str] = mapped_column(String(3))
+    active: Mapped[bool] = mapped_column(Boolean, server_default=text("true"))
 
 
 class Cart(Base):

@@ -38,6 +38,7 @@ async def test_create_fill_view_list_and_delete_a_cart_by_handle(mcp_client: Mcp
                 "quantity": 1,
                 "unit_price_cents": 1800,
                 "line_total_cents": 1800,
+                "available": True,
             },
             {
                 "sku": "scarf-cashmere",
@@ -45,6 +46,7 @@ async def test_create_fill_view_list_and_delete_a_cart_by_handle(mcp_client: Mcp
                 "quantity": 2,
                 "unit_price_cents": 6500,
                 "line_total_cents": 13000,
+                "available": True,
             },
         ]
 

@@ -7,6 +7,7 @@ import secrets
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import httpx2
@@ -24,6 +25,7 @@ from sqlalchemy import func, select
 
 from store.db import Database
 from store.models import Order, table_of
+from tests.support.catalog_cli import coatcheck
 from tests.support.devidp import DevIdP
 from tests.support.inprocess import InProcessApp, settings_from, started_app
 from tests.support.mcp_client import McpClientFactory, call_ok, connect, text_of
@@ -240,6 +242,33 @@ async def test_a_cart_changed_between_the_rounds_is_asked_again_with_the_new_tot
         placed = await _final_round(client, cart_id, again.request_state)
         assert _status_and_total(placed) == ("placed", 5400)
     assert await _orders_for(database, cart_id) == 1
+
+
+async def test_a_price_changed_through_the_catalog_import_between_the_rounds_is_asked_again(
+    mcp_client: McpClientFactory, database: Database, database_url: str, tmp_path: Path
+) -> None:
+    sku = f"import-{uuid.uuid4().hex[:10]}"
+    catalog = tmp_path / "catalog.csv"
+
+    def import_price(cents: int) -> str:
+        # Only this test's sku, and no --retire-missing: the rest of the shared catalog is left alone.
+        catalog.write_text(f"sku,name,unit_price_cents,currency\n{sku},Imported umbrella,{cents},USD\n")
+        done = coatcheck("catalog", "import", str(catalog), database_url=database_url)
+        assert done.returncode == 0, done.stderr.decode()
+        return done.stdout.decode().splitlines()[0]
+
+    assert import_price(1000).startswith("added 1, changed 0,")
+    async with _asked(mcp_client, {sku: 2}) as (client, cart_id, first):
+        assert _question(first).message == "Place the order? 2 items, total USD 20.00."
+        assert import_price(1250).startswith("added 0, changed 1,")  # the cart's version stays as it was
+        again = await _final_round(client, cart_id, first.request_state)
+        assert isinstance(again, InputRequiredResult)
+        assert _question(again).message == (
+            "Your cart changed since you were asked. Place the order now? 2 items, total USD 25.00."
+        )
+        assert await _orders_for(database, cart_id) == 0
+        placed = await _final_round(client, cart_id, again.request_state)
+        assert _status_and_total(placed) == ("placed", 2500)
 
 
 async def test_the_sdk_loop_shows_the_user_the_new_total_when_the_cart_changes_mid_checkout(

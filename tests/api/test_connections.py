@@ -20,9 +20,11 @@ from mcp.types import (
 )
 from sqlalchemy import select
 
-from api.oauth.session import BrowserSession, CookieJar
+from api.oauth.browser_sessions import BrowserSessions
+from api.oauth.session import CookieJar
 from store.db import Database
 from store.models import OAuthFlow, table_of
+from store.principal import Principal
 from tests.support.devidp import DevIdP, devidp_clients, start_devidp
 from tests.support.inprocess import InProcessApp, settings_from, started_app
 from tests.support.mcp_client import McpClientFactory, text_of
@@ -219,7 +221,7 @@ async def test_a_malformed_or_unknown_connect_link_is_a_404_page_or_a_sign_in(
 
 
 async def test_signing_out_where_the_issuer_has_no_end_session_endpoint_is_local_and_says_the_idp_may_remember(
-    server_env: dict[str, str], oauth_client_secrets: dict[str, str]
+    server_env: dict[str, str], oauth_client_secrets: dict[str, str], database: Database
 ) -> None:
     port = free_port()
     clients = devidp_clients(server_env["PUBLIC_URL"], oauth_client_secrets)
@@ -229,7 +231,7 @@ async def test_signing_out_where_the_issuer_has_no_end_session_endpoint_is_local
         assert "end_session_endpoint" not in discovery
         settings = settings_from({**server_env, "OIDC_ISSUER": idp.issuer})
         jar = CookieJar(settings.token_key_ring, secure=False, session_seconds=600, login_seconds=600)
-        cookie = jar.session_cookie(BrowserSession(issuer=idp.issuer, subject=_user()))
+        cookie = await BrowserSessions(jar, database).start(Principal(issuer=idp.issuer, subject=_user()))
         async with (
             started_app(settings) as app,
             app.http(timeout=15.0, cookies={cookie.key: cookie.value or ""}) as http,

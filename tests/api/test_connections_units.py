@@ -17,10 +17,12 @@ from api.jose import IssuerMetadata, JwtRejected
 from api.logs import RedactQueryStrings
 from api.oauth.client import ClientCredentials, OAuthClient
 from api.oauth.login import LoginFailed, OidcLogin
-from api.oauth.providers import ProviderConfig, ProviderConfigError, ProviderRegistry, load_providers, parse_providers
+from api.oauth.providers import ProviderRegistry
 from api.oauth.session import COOKIE_PURPOSE, LOGIN, SESSION, BrowserSession, CookieJar, LoginInProgress
+from api.provider_config import ProviderConfig, ProviderConfigError, load_providers, parse_providers
 from api.settings import Settings, SettingsError
 from store.crypto import DecryptError, TokenCipher
+from store.principal import Principal
 from tests.support.jose import public_jwk, sign_jwt, signing_key, unsigned_jwt
 from tests.support.json_server import serve_json
 
@@ -132,10 +134,12 @@ def _jar(*keys: bytes, secure: bool = False, seconds: int = 60) -> CookieJar:
 def test_a_session_cookie_round_trips_and_cannot_be_read_or_altered() -> None:
     key = secrets.token_bytes(32)
     jar = _jar(key)
-    cookie = jar.session_cookie(BrowserSession(issuer="https://idp", subject="alice"))
+    cookie = jar.session_cookie(BrowserSession(issuer="https://idp", subject="alice", session_id="s-1"))
     assert cookie.value is not None
     assert "alice" not in cookie.value
-    assert jar.read_session({cookie.key: cookie.value}) == BrowserSession(issuer="https://idp", subject="alice")
+    assert jar.read_session({cookie.key: cookie.value}) == BrowserSession(
+        issuer="https://idp", subject="alice", session_id="s-1"
+    )
     flipped = cookie.value[:-3] + ("A" if cookie.value[-3] != "A" else "B") + cookie.value[-2:]
     assert jar.read_session({cookie.key: flipped}) is None
     assert _jar(secrets.token_bytes(32)).read_session({cookie.key: cookie.value}) is None
@@ -143,7 +147,7 @@ def test_a_session_cookie_round_trips_and_cannot_be_read_or_altered() -> None:
 
 def test_a_session_cookie_is_sealed_by_the_vault_primitive_under_its_own_label() -> None:
     ring = [secrets.token_bytes(32)]
-    cookie = _jar(*ring).session_cookie(BrowserSession("https://idp", "alice"))
+    cookie = _jar(*ring).session_cookie(BrowserSession("https://idp", "alice", "s-1"))
     assert cookie.value is not None
     assert cookie.value.startswith(TokenCipher(ring, purpose=COOKIE_PURPOSE).current_prefix)
     with pytest.raises(DecryptError):
@@ -157,20 +161,20 @@ def test_a_login_cookie_is_not_a_session_cookie_and_both_expire() -> None:
     assert jar.read_session({jar.name(SESSION): login.value}) is None
     assert jar.read_login({jar.name(LOGIN): login.value}) == LoginInProgress("s", "n", "v", "flow_x")
     expired = _jar(b"k" * 32, seconds=-1)
-    stale = expired.session_cookie(BrowserSession("https://idp", "alice"))
+    stale = expired.session_cookie(BrowserSession("https://idp", "alice", "s-1"))
     assert stale.value is not None
     assert expired.read_session({stale.key: stale.value}) is None
 
 
 def test_cookies_sealed_under_an_older_ring_key_still_open_after_rotation() -> None:
     old, new = secrets.token_bytes(32), secrets.token_bytes(32)
-    cookie = _jar(old).session_cookie(BrowserSession("https://idp", "alice"))
+    cookie = _jar(old).session_cookie(BrowserSession("https://idp", "alice", "s-1"))
     assert cookie.value is not None
-    assert _jar(new, old).read_session({cookie.key: cookie.value}) == BrowserSession("https://idp", "alice")
+    assert _jar(new, old).read_session({cookie.key: cookie.value}) == BrowserSession("https://idp", "alice", "s-1")
 
 
 def test_on_https_cookies_are_host_prefixed_and_secure() -> None:
-    cookie = _jar(secrets.token_bytes(32), secure=True).session_cookie(BrowserSession("https://idp", "alice"))
+    cookie = _jar(secrets.token_bytes(32), secure=True).session_cookie(BrowserSession("https://idp", "alice", "s-1"))
     assert cookie.key == "__Host-coatcheck-session"
     assert cookie.secure
     assert cookie.httponly
@@ -214,7 +218,7 @@ def _claims(**overrides: Any) -> dict[str, Any]:
 async def test_a_valid_id_token_names_the_issuer_and_subject() -> None:
     keys = _Keys()
     session = await _login(keys).verify_id_token(keys.sign(_claims()), nonce="n-1")
-    assert session == BrowserSession(issuer="https://idp.test", subject="alice")
+    assert session == Principal(issuer="https://idp.test", subject="alice")
 
 
 @pytest.mark.parametrize(

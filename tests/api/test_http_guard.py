@@ -4,6 +4,7 @@ trusted proxies only, and a clean exit after SIGTERM."""
 
 import signal
 import socket
+import threading
 import time
 from collections.abc import Iterator
 
@@ -18,6 +19,7 @@ HEADER_TIMEOUT = 1.0
 BODY_TIMEOUT = 1.5
 MARGIN = 6.0  # scheduling noise on a loaded machine; the deadline itself is asserted from below
 PROXY_CLIENT = "203.0.113.7"
+CONNECTION_CAP = 3
 
 
 @pytest.fixture(scope="module")
@@ -116,6 +118,125 @@ def test_a_body_still_trickling_after_an_early_answer_is_cut_off_at_the_body_dea
     assert BODY_TIMEOUT - 0.1 <= closed_after < BODY_TIMEOUT + MARGIN
 
 
+def _pipelined(server: RunningServer, second_request: bytes) -> bytes:
+    """A GET and, on the same write, a second request queued behind it (HTTP/1.1 pipelining)."""
+    host = server.base_url.removeprefix("http://").encode()
+    return b"GET /healthz HTTP/1.1\r\nHost: " + host + b"\r\n\r\n" + second_request
+
+
+def _queued_slow_post(server: RunningServer) -> bytes:
+    host = server.base_url.removeprefix("http://").encode()
+    return _pipelined(server, b"POST /healthz HTTP/1.1\r\nHost: " + host + b"\r\nContent-Length: 100000\r\n\r\nx")
+
+
+def test_a_pipelined_body_that_trickles_in_after_its_answer_is_cut_off_at_the_body_deadline(
+    guarded: RunningServer,
+) -> None:
+    # The issue's reproduction: POST /healthz is answered (405) without reading its body, and every
+    # trickled byte would reset the keep-alive timer; only the body deadline ends the connection.
+    with _connect(guarded) as sock:
+        sock.sendall(_queued_slow_post(guarded))
+        received, closed_after = _trickle_until_closed(sock, _forever(b"x"), give_up_after=BODY_TIMEOUT + MARGIN)
+    assert received.startswith(b"HTTP/1.1 200 ")  # the GET in front was served
+    assert b"HTTP/1.1 408" not in received  # the POST had its answer already; no second one
+    assert BODY_TIMEOUT - 0.1 <= closed_after < BODY_TIMEOUT + MARGIN
+
+
+async def test_a_pipelined_body_the_app_waits_for_is_cut_off_with_408_at_the_body_deadline(
+    guarded: RunningServer, devidp: DevIdP
+) -> None:
+    token = await devidp.token("slow-pipelined-body", resource=devidp.resources[0], audience=guarded.mcp_url)
+    with _connect(guarded) as sock:
+        sock.sendall(_pipelined(guarded, _slow_post(guarded, token)))
+        received, closed_after = _trickle_until_closed(sock, _forever(b" "), give_up_after=BODY_TIMEOUT + MARGIN)
+    assert received.startswith(b"HTTP/1.1 200 ")
+    assert b"HTTP/1.1 408 " in received
+    assert BODY_TIMEOUT - 0.1 <= closed_after < BODY_TIMEOUT + MARGIN
+
+
+class _Tricklers:
+    """Sockets that each pipeline a GET and a slow POST, then send one body byte every 0.2 s until closed.
+
+    They connect one after another, each once the one before was served, as a client filling the
+    server's connections would (connections opened at once would all be over the cap and get 503).
+    """
+
+    def __init__(self, server: RunningServer, count: int) -> None:
+        self.sockets: list[socket.socket] = []
+        for _ in range(count):
+            sock = _connect(server)
+            sock.sendall(_queued_slow_post(server))
+            self.sockets.append(sock)
+            _wait_for_answer(sock)
+        self.closed_after: dict[int, float] = {}
+        self._stop = threading.Event()
+        self._started = time.monotonic()
+        self._thread = threading.Thread(target=self._trickle, daemon=True)
+        self._thread.start()
+
+    def _trickle(self) -> None:
+        while not self._stop.wait(0.2) and len(self.closed_after) < len(self.sockets):
+            for index, sock in enumerate(self.sockets):
+                if index not in self.closed_after and not self._still_open(sock):
+                    self.closed_after[index] = time.monotonic() - self._started
+
+    @staticmethod
+    def _still_open(sock: socket.socket) -> bool:
+        try:
+            while sock.recv(4096):  # drain the answers; b"" is the server's close
+                pass
+            return False
+        except TimeoutError:
+            pass
+        except OSError:
+            return False
+        try:
+            sock.sendall(b"x")
+        except OSError:
+            return False
+        return True
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+        for sock in self.sockets:
+            sock.close()
+
+
+def _wait_for_answer(sock: socket.socket) -> None:
+    def answered() -> bool:
+        try:
+            return sock.recv(4096).startswith(b"HTTP/1.1 200 ")
+        except TimeoutError:
+            return False
+
+    wait_until(answered, timeout=10, what="the pipelined GET's answer")
+
+
+def test_pipelined_tricklers_cannot_hold_the_connection_cap_beyond_the_body_deadline(
+    server_env: dict[str, str],
+) -> None:
+    body_timeout = 3.0  # room to see the cap held before the deadline frees it, on a loaded machine
+    port = free_port()
+    env = {**server_env, "MAX_CONNECTIONS": str(CONNECTION_CAP), "BODY_READ_TIMEOUT_SECONDS": str(body_timeout)}
+    with run_server(env, port=port, public_url=f"http://127.0.0.1:{port}") as running:
+        # uvicorn counts the connection being served against the cap: CAP - 1 others hold it full.
+        tricklers = _Tricklers(running, CONNECTION_CAP - 1)
+        try:
+            while_held = httpx2.get(f"{running.base_url}/healthz", timeout=10.0)
+            wait_until(
+                lambda: len(tricklers.closed_after) == len(tricklers.sockets),
+                timeout=body_timeout + MARGIN,
+                what="the server to close every trickling connection",
+            )
+            fresh = httpx2.get(f"{running.base_url}/healthz", timeout=10.0)
+        finally:
+            tricklers.close()
+    assert while_held.status_code == 503  # the tricklers did hold every connection
+    assert fresh.status_code == 200
+    assert max(tricklers.closed_after.values()) < body_timeout + MARGIN
+
+
 def test_oversized_headers_are_refused_with_431(guarded: RunningServer) -> None:
     with _connect(guarded) as sock:
         sock.settimeout(5.0)
@@ -141,9 +262,6 @@ def test_without_trusted_proxies_forwarded_headers_are_ignored(server: RunningSe
     wait_until(lambda: bool(_access_lines(server, "/healthz")), timeout=5, what="an access line")
     assert spoofed not in server.log_text()
     assert any("127.0.0.1:" in line for line in _access_lines(server, "/healthz"))
-
-
-CONNECTION_CAP = 3
 
 
 def test_requests_beyond_the_connection_cap_get_503_until_connections_close(server_env: dict[str, str]) -> None:

@@ -10,59 +10,19 @@ the client's requests to Coatcheck's origin go to the app built in-process by ``
 to the dev IdP, and the login, go over real HTTP to the dev IdP process.
 """
 
-import re
-from urllib.parse import parse_qs, urljoin, urlsplit
+from urllib.parse import parse_qs, urlsplit
 
 import httpx2
 from joserfc.jwk import KeySet
 from mcp import Client
 from mcp.client.auth import OAuthClientProvider
 from mcp.client.streamable_http import streamable_http_client
-from mcp.shared.auth import AuthorizationCodeResult, OAuthClientMetadata
+from mcp.shared.auth import OAuthClientMetadata
 
 from tests.support.devidp import DevIdP
 from tests.support.inprocess import InProcessApp
 from tests.support.jose import verify_jwt
-from tests.support.oauth import MemoryTokenStorage
-
-REDIRECT_URI = "http://localhost:53682/callback"  # never listened on: the test reads the redirect itself
-LOGIN_FORM = re.compile(r'<form method="post" action="(?P<action>[^"]+)">')
-
-
-class FormFillingUser:
-    """Plays the person at the browser: opens the authorization URL, types a username, submits."""
-
-    def __init__(self, username: str) -> None:
-        self.username = username
-        self.authorization_url: str | None = None
-        self.result: AuthorizationCodeResult | None = None
-
-    async def open(self, authorization_url: str) -> None:
-        self.authorization_url = authorization_url
-        async with httpx2.AsyncClient(timeout=httpx2.Timeout(10.0)) as browser:
-            response = await browser.get(authorization_url)
-            for _ in range(5):
-                if response.status_code not in (302, 303):
-                    break
-                response = await browser.get(urljoin(authorization_url, response.headers["location"]))
-            form = LOGIN_FORM.search(response.text)
-            assert form is not None, response.text
-            response = await browser.post(urljoin(str(response.url), form["action"]), data={"username": self.username})
-            for _ in range(5):
-                assert response.status_code in (302, 303), response.text
-                location = urljoin(authorization_url, response.headers["location"])
-                if location.startswith(REDIRECT_URI):
-                    query = parse_qs(urlsplit(location).query)
-                    self.result = AuthorizationCodeResult(
-                        code=query["code"][0], state=query["state"][0], iss=query.get("iss", [None])[0]
-                    )
-                    return
-                response = await browser.get(location)
-        raise AssertionError("the IdP never redirected back to the client")
-
-    async def callback(self) -> AuthorizationCodeResult:
-        assert self.result is not None
-        return self.result
+from tests.support.oauth import REDIRECT_URI, FormFillingUser, MemoryTokenStorage
 
 
 async def test_sdk_client_discovers_registers_logs_in_and_lists_tools_starting_from_a_401(

@@ -349,6 +349,33 @@ async def test_a_refused_token_refresh_is_counted(
     _assert_nothing_secret(text, expired.access_token, expired.refresh_token or "")
 
 
+@pytest.mark.parametrize(
+    ("headers", "status"),
+    [
+        ({"Host": "rebound.example:{port}"}, 421),
+        ({"Host": "127.0.0.1.evil.test:{port}"}, 421),
+        ({"Host": "localhost:{port}", "Origin": "http://rebound.example:{port}"}, 403),
+        ({"Host": "localhost:{port}"}, 200),
+        ({"Host": "127.0.0.1:{port}", "Origin": "http://127.0.0.1:{port}"}, 200),
+    ],
+)
+async def test_metrics_apply_the_same_host_and_origin_allow_list_as_the_mcp_endpoint(
+    observed: RunningServer, devidp: DevIdP, user: str, headers: dict[str, str], status: int
+) -> None:
+    port = observed.base_url.rsplit(":", 1)[1]
+    sent = {name: value.format(port=port) for name, value in headers.items()}
+    scraped = httpx2.get(f"{observed.base_url}/metrics", headers=sent, timeout=10.0)
+    request_headers, body = modern_request("tools/list")
+    token = await _token(devidp, observed, user)
+    mcp = httpx2.post(
+        observed.mcp_url, headers={**request_headers, **sent, "Authorization": f"Bearer {token}"}, json=body
+    )
+    assert scraped.status_code == status
+    assert mcp.status_code == status  # the rule /mcp applies
+    if status != 200:
+        assert b"coatcheck_" not in scraped.content
+
+
 def test_metrics_are_off_by_default(server: RunningServer) -> None:
     assert httpx2.get(f"{server.base_url}/metrics", timeout=10.0).status_code == 404
 

@@ -139,3 +139,37 @@ async def test_the_statement_timeout_holds_through_the_pooler_and_never_rides_in
     finally:
         await database.dispose()
     assert "unsupported startup parameter" not in pgbouncer.log_text()
+
+
+async def test_a_checkout_through_the_pooler_leaves_no_session_setting_on_the_shared_server_connection(
+    server_env: dict[str, str], public_url: str, devidp: DevIdP, database_url: str
+) -> None:
+    # One server connection behind the pooler: whatever a unit of work left on it, the next client gets.
+    with (
+        run_pgbouncer(database_url, pool_mode="transaction", pool_size=1) as single,
+        another_instance(
+            server_env, public_url=public_url, DATABASE_URL=single.url, DB_POOLER_MODE="transaction", DB_POOL_SIZE="2"
+        ) as server,
+    ):
+        token = await devidp.token(f"jit-{uuid.uuid4().hex[:6]}", resource=f"{public_url}/mcp")
+        async with connect(server.mcp_url, token, elicitation_callback=ScriptedUser(confirms(True))) as client:
+            cart_id = (await call_ok(client, "cart_create"))["cart_id"]
+            await call_ok(client, "cart_set_item", {"cart_id": cart_id, "sku": "hat-beanie", "quantity": 2})
+            placed = await call_ok(client, "cart_checkout", {"cart_id": cart_id})  # round 1, the form, round 2
+            assert placed["status"] == "placed"
+        direct_url = make_url(database_url).set(drivername="postgresql").render_as_string(False)
+        direct = await asyncpg.connect(direct_url)
+        try:
+            server_default = await direct.fetchval("SHOW jit")
+        finally:
+            await direct.close()
+        other = await asyncpg.connect(
+            make_url(single.url).set(drivername="postgresql").render_as_string(False), statement_cache_size=0
+        )
+        try:
+            seen = await other.fetchrow(
+                "SELECT current_setting('jit') AS jit, source FROM pg_settings WHERE name = 'jit'"
+            )
+        finally:
+            await other.close()
+    assert (seen["jit"], seen["source"]) == (server_default, "default")

@@ -18,9 +18,10 @@ import pytest
 from sqlalchemy import text
 
 from api.oauth.client import OAuthFailure
-from api.oauth.providers import ProviderRegistry, parse_providers
+from api.oauth.providers import ProviderRegistry
 from api.oauth.refresh import RefreshTiming, TokenRefresher
 from api.oauth.service import Connections
+from api.provider_config import parse_providers
 from store.audit import AuditRepository
 from store.crypto import DecryptError, TokenCipher
 from store.db import Database

@@ -7,7 +7,7 @@ from api.mcp.errors import Step, provider_step, tool_errors
 from api.mcp.tools_connections import ConnectState
 from api.mcp.tools_orders import ConfirmationState
 from api.oauth.client import OAuthFailure
-from api.oauth.providers import ProviderConfig
+from api.provider_config import ProviderConfig
 from store.errors import DecryptError, NotFound
 from store.orders import CheckoutQuote
 

@@ -27,7 +27,8 @@ from mcp.types import (
 )
 from sqlalchemy import func, select, update
 
-from api.oauth.session import BrowserSession, CookieJar
+from api.oauth.browser_sessions import BrowserSessions
+from api.oauth.session import CookieJar
 from store.crypto import TokenCipher
 from store.db import Database
 from store.models import AuditEvent, OAuthFlow, ProviderConnection, table_of
@@ -251,7 +252,9 @@ async def test_a_callback_replayed_without_the_owners_session_is_refused_and_lea
                 session_seconds=900,
                 login_seconds=600,
             )
-            mallory = jar.session_cookie(BrowserSession(issuer=devidp.issuer, subject=_fresh("mallory")))
+            # Mallory signed in on her own (a real, live browser session), then replays alice's callback.
+            mallory_user = Principal(issuer=devidp.issuer, subject=_fresh("mallory"))
+            mallory = await BrowserSessions(jar, database).start(mallory_user)
             async with httpx2.AsyncClient(timeout=15.0, follow_redirects=False) as attacker:
                 cookieless = await attacker.get(callback, params=replay)
             signed_in = {mallory.key: mallory.value or ""}

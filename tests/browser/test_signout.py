@@ -1,15 +1,18 @@
 """Signing out of /connect in headless Chromium: the button ends the session at Coatcheck and at the dev IdP
-(RP-initiated logout, confirmed on the IdP's page like a person would); forged requests change nothing."""
+(RP-initiated logout, confirmed on the IdP's page like a person would); forged requests change nothing; and a
+copy of the session cookie taken before sign-out opens nothing afterwards, on any replica."""
 
 import uuid
+from urllib.parse import urlsplit
 
 import httpx2
 from mcp.client import ClientRequestContext
 from mcp.types import ElicitRequest, ElicitRequestParams, ElicitRequestURLParams, ElicitResult, InputRequiredResult
 
 from tests.support.browser import BrowserUser, BrowserUserFactory
-from tests.support.devidp import LOGIN_CLIENT_ID, DevIdP
+from tests.support.devidp import DEMO_CLIENT_ID, LOGIN_CLIENT_ID, DevIdP
 from tests.support.mcp_client import McpClientFactory
+from tests.support.mrtr import another_instance
 from tests.support.server import RunningServer
 
 SESSION_COOKIE = "coatcheck-session"  # http PUBLIC_URL: no __Host- prefix
@@ -121,3 +124,46 @@ async def test_the_sign_out_button_ends_the_session_at_coatcheck_and_at_the_idp_
     assert again.status == 200, again.text
     assert again.visited_path("/oauth/login/callback")
     assert person.sign_ins == signed_in_before + 1
+
+
+async def _where_the_link_sends(base_url: str, link: str, sealed: str) -> str:
+    """The ``client_id`` of the authorization request a connect link redirects to with session cookie ``sealed``:
+    the provider's (the session is live) or Coatcheck's own sign-in (it is not)."""
+    async with httpx2.AsyncClient(timeout=httpx2.Timeout(10.0), cookies={SESSION_COOKIE: sealed}) as http:
+        response = await http.get(f"{base_url}{urlsplit(link).path}")
+    assert response.status_code in {302, 303}, response.text
+    return httpx2.URL(response.headers["location"]).params["client_id"]
+
+
+async def test_a_session_cookie_copied_before_sign_out_opens_nothing_afterwards_on_any_replica(
+    wire_mcp_client: McpClientFactory,
+    browser_user: BrowserUserFactory,
+    server: RunningServer,
+    server_env: dict[str, str],
+    public_url: str,
+) -> None:
+    username = f"copied-{uuid.uuid4().hex[:8]}"
+    person = await browser_user(username)
+    connected = await person.open(await _connect_link(wire_mcp_client, username))
+    assert connected.status == 200, connected.text
+    copied = await _session_cookie(person)  # what malware or a shared machine's next user takes along
+    assert copied is not None
+    with another_instance(server_env, public_url=public_url) as replica:
+        link = await _connect_link(wire_mcp_client, username)
+        # Before sign-out the copy works, on this server and on the other replica alike.
+        for base_url in (server.base_url, replica.base_url):
+            assert await _where_the_link_sends(base_url, link, copied) == DEMO_CLIENT_ID
+
+        form_page = await person.open(f"{server.base_url}/connect/signout")
+        assert f"signed in to Coatcheck as {username}" in form_page.text
+        async with form_page.page.expect_navigation():
+            await form_page.page.click("button[type=submit]")
+        assert await _session_cookie(person) is None
+
+        # After it, the copy is refused everywhere: the link starts a sign-in, and sign-out sees no session.
+        for base_url in (server.base_url, replica.base_url):
+            assert await _where_the_link_sends(base_url, link, copied) == LOGIN_CLIENT_ID
+            async with httpx2.AsyncClient(timeout=httpx2.Timeout(10.0), cookies={SESSION_COOKIE: copied}) as http:
+                page = await http.get(f"{base_url}/connect/signout")
+            assert page.status_code == 200
+            assert "signed in to Coatcheck as" not in page.text

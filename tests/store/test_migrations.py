@@ -153,3 +153,34 @@ def test_every_migration_downgrades_to_an_empty_schema_and_upgrades_again(scratc
     assert _inspect(scratch_database_url, _tables) == {"alembic_version"}
     upgrade(scratch_database_url)
     assert _inspect(scratch_database_url, _diff) == []
+
+
+def test_the_catalog_migration_run_again_after_an_interrupted_index_build_completes_it(
+    scratch_database_url: str, models_database_url: str
+) -> None:
+    # A run stopped during CREATE INDEX CONCURRENTLY (outside the migration's transaction) has committed the
+    # column and left an invalid index of that name behind, but not the revision: it runs again from the top.
+    upgrade(scratch_database_url, "a1b2c3d40006")
+
+    def interrupted(conn: Connection) -> None:
+        conn.execute(text("ALTER TABLE product ADD COLUMN active boolean DEFAULT true NOT NULL"))
+        conn.execute(text("CREATE INDEX ix_product_sku_ci_prefix ON product (sku)"))  # the wrong definition
+        conn.commit()
+
+    _inspect(scratch_database_url, interrupted)
+    upgrade(scratch_database_url)
+    extensions = _inspect(scratch_database_url, _extensions)
+    assert isinstance(extensions, set)
+    _inspect(models_database_url, _create_from_models(extensions))
+    migrated = _inspect(scratch_database_url, _definitions)
+    assert isinstance(migrated, dict)
+    assert "lower((sku)::text)" in migrated["index ix_product_sku_ci_prefix"]
+    assert migrated == _inspect(models_database_url, _definitions)
+    valid = _inspect(
+        scratch_database_url,
+        lambda conn: conn.execute(
+            text("SELECT indisvalid FROM pg_index WHERE indexrelid = 'ix_product_sku_ci_prefix'::regclass")
+        ).scalar_one(),
+    )
+    assert valid is True
+    assert _inspect(scratch_database_url, _diff) == []

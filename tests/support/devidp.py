@@ -47,12 +47,17 @@ def _raise_for_dev_endpoint(response: httpx2.Response) -> None:
 
 @dataclass(frozen=True)
 class DevIdP:
-    """A running dev IdP: its issuer, the resources it serves and its captured output."""
+    """A running dev IdP: its issuer (exactly as its tokens write it), the resources it serves and its output."""
 
     issuer: str
     resources: tuple[str, ...]
     log_path: Path
     process: subprocess.Popen[bytes]
+
+    @property
+    def base_url(self) -> str:
+        """The issuer without a trailing slash: what endpoint paths are appended to."""
+        return self.issuer.rstrip("/")
 
     def log_text(self) -> str:
         """Everything the process printed so far (stdout and stderr)."""
@@ -60,7 +65,7 @@ class DevIdP:
 
     async def _request(self, method: str, path: str, body: Mapping[str, object] | None = None) -> httpx2.Response:
         async with httpx2.AsyncClient(timeout=httpx2.Timeout(10.0)) as http:
-            return await http.request(method, f"{self.issuer}{path}", json=body)
+            return await http.request(method, f"{self.base_url}{path}", json=body)
 
     async def token(
         self,
@@ -121,6 +126,10 @@ class DevIdP:
         body = {"token_endpoint_delay_ms": round(seconds * 1000)}
         _raise_for_dev_endpoint(await self._request("POST", "/dev/faults", body))
 
+    async def set_introspection_fault(self, mode: str) -> None:
+        """``"unavailable"``: ``POST /token/introspection`` answers 503; ``"ok"``: normal."""
+        _raise_for_dev_endpoint(await self._request("POST", "/dev/faults", {"introspection_endpoint": mode}))
+
     async def set_authorization_fault(self, mode: str, *, client_id: str | None = None) -> None:
         """``"deny"``: ``GET /auth`` for ``client_id`` answers ``error=access_denied`` at once; ``"hold"``: it
         shows a page and never redirects; ``"ok"``: normal. Other clients are unaffected when ``client_id`` is set.
@@ -140,7 +149,8 @@ def start_devidp(
     """Start ``node devidp/server.mjs`` on ``127.0.0.1:port`` and stop it when the block ends.
 
     ``resources`` become ``DEVIDP_RESOURCES`` (the first is the default resource), ``clients`` the static
-    clients in ``DEVIDP_CLIENTS``; ``env`` adds or overrides any other ``DEVIDP_*`` variable.
+    clients in ``DEVIDP_CLIENTS``; ``env`` adds or overrides any other ``DEVIDP_*`` variable (a
+    ``DEVIDP_ISSUER`` there, e.g. with a trailing slash, becomes the ``DevIdP``'s issuer).
     Raises ``DevIdPError`` with the process's output if it exits or does not answer in time.
     """
     ensure_devidp_installed()
@@ -148,7 +158,7 @@ def start_devidp(
         node = system_node()
     except NodeToolsError as exc:
         raise DevIdPError(str(exc)) from None
-    issuer = f"http://127.0.0.1:{port}"
+    issuer = (env or {}).get("DEVIDP_ISSUER") or f"http://127.0.0.1:{port}"
     inherited = {key: value for key, value in os.environ.items() if not key.startswith("DEVIDP_")}
     full_env = {
         **inherited,
@@ -171,7 +181,7 @@ def start_devidp(
     try:
         try:
             wait_until(
-                lambda: answers_ok(f"{issuer}/.well-known/openid-configuration", process),
+                lambda: answers_ok(f"{idp.base_url}/.well-known/openid-configuration", process),
                 timeout=STARTUP_TIMEOUT,
                 what=f"the dev IdP at {issuer}",
             )

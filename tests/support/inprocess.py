@@ -127,4 +127,4 @@ def production_mcp_server() -> MCPServer[Any]:
     )
     database = Database.connect(settings.database_url)
     connections = build_connections(settings, database, httpx2.AsyncClient())  # never called here
-    return build_mcp_server(settings, database, _NoVerifier(), connections)  # type: ignore[arg-type]
+    return build_mcp_server(settings, database, _NoVerifier(), connections)

@@ -9,7 +9,7 @@ from urllib.parse import parse_qs, urljoin, urlsplit
 
 import httpx2
 import pytest
-from mcp.shared.auth import OAuthClientInformationFull, OAuthToken
+from mcp.shared.auth import AuthorizationCodeResult, OAuthClientInformationFull, OAuthToken
 
 from tests.support.devidp import DEMO_CLIENT_ID, DevIdP
 
@@ -79,7 +79,7 @@ def sign_in(
     if resource is not None:
         params["resource"] = resource
     params.update(extra or {})
-    response = browser.get(f"{idp.issuer}/auth", params=params)
+    response = browser.get(f"{idp.base_url}/auth", params=params)
     assert response.status_code == 303, response.text
     login_page = browser.get(urljoin(idp.issuer, response.headers["location"]))
     assert login_page.status_code == 200, login_page.text
@@ -104,7 +104,7 @@ def sign_in(
 
 def token_request(idp: DevIdP, data: dict[str, str], auth: tuple[str, str] | None = None) -> httpx2.Response:
     """``POST`` ``data`` to the dev IdP's token endpoint (``auth``: HTTP Basic client credentials)."""
-    return httpx2.post(f"{idp.issuer}/token", data=data, auth=auth, timeout=10.0)
+    return httpx2.post(f"{idp.base_url}/token", data=data, auth=auth, timeout=10.0)
 
 
 def demo_provider_tokens(devidp: DevIdP, public_url: str, client_secret: str, username: str) -> dict[str, str]:
@@ -126,3 +126,45 @@ def demo_provider_tokens(devidp: DevIdP, public_url: str, client_secret: str, us
     response = token_request(devidp, {**data, "code_verifier": pkce.verifier}, auth=(DEMO_CLIENT_ID, client_secret))
     assert response.status_code == 200, response.text
     return dict(response.json())
+
+
+REDIRECT_URI = "http://localhost:53682/callback"  # never listened on: the test reads the redirect itself
+
+
+class FormFillingUser:
+    """Plays the person at the browser: opens the authorization URL, types a username, submits."""
+
+    def __init__(self, username: str) -> None:
+        self.username = username
+        self.authorization_url: str | None = None
+        self.result: AuthorizationCodeResult | None = None
+
+    async def open(self, authorization_url: str) -> None:
+        self.authorization_url = authorization_url
+        async with httpx2.AsyncClient(timeout=httpx2.Timeout(10.0)) as browser:
+            response = await browser.get(authorization_url)
+            for _ in range(5):
+                if response.status_code not in (302, 303):
+                    break
+                location = urljoin(authorization_url, response.headers["location"])
+                # An IdP that refuses the request sends the browser straight back with an error.
+                assert not location.startswith(REDIRECT_URI), f"the IdP refused the authorization request: {location}"
+                response = await browser.get(location)
+            form = LOGIN_FORM.search(response.text)
+            assert form is not None, response.text
+            response = await browser.post(urljoin(str(response.url), form["action"]), data={"username": self.username})
+            for _ in range(5):
+                assert response.status_code in (302, 303), response.text
+                location = urljoin(authorization_url, response.headers["location"])
+                if location.startswith(REDIRECT_URI):
+                    query = parse_qs(urlsplit(location).query)
+                    self.result = AuthorizationCodeResult(
+                        code=query["code"][0], state=query["state"][0], iss=query.get("iss", [None])[0]
+                    )
+                    return
+                response = await browser.get(location)
+        raise AssertionError("the IdP never redirected back to the client")
+
+    async def callback(self) -> AuthorizationCodeResult:
+        assert self.result is not None
+        return self.result

@@ -9,7 +9,7 @@ which registers the fixture tools, prompts and resources the conformance suite c
 import argparse
 
 from api.app import create_app
-from api.cli import configure_logging, run_http_server
+from api.serving import configure_logging, run_http_server
 from api.settings import Settings
 from tests.support.conformance.fixtures import register_conformance_fixtures
 

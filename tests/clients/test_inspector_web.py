@@ -81,7 +81,8 @@ async def test_the_inspector_web_ui_signs_in_with_oauth_and_creates_a_cart_for_t
         await sign_in_site.sign_in(page, username)
         await card.get_by_text("Connected", exact=True).wait_for()
         assert "MCP 2026-07-28" in await card.inner_text()
-        authorization_pages = [url for url in visited if url.startswith(sign_in_site.authorization_server.rstrip("/"))]
+        authorization_server = sign_in_site.authorization_server.rstrip("/") + "/"
+        authorization_pages = [url for url in visited if url.startswith(authorization_server)]
         assert authorization_pages, f"the Inspector never sent the browser to the authorization server: {visited}"
         assert any(url.startswith(f"{inspector.base_url}/oauth/callback?code=") for url in visited), visited
 

@@ -157,12 +157,20 @@ async def test_claude_mcp_login_signs_in_through_the_browser_and_claude_mcp_list
         code = await terminal.exits(within=LOGIN_TIMEOUT)
         assert code == 0, f"claude mcp login exited {code}:\n{terminal.text()}"
 
-    after = _status_line(_claude(clients, home, "mcp", "list"), "coatcheck")
+        shown = terminal.text()
+
+    listing = _claude(clients, home, "mcp", "list")
+    after = _status_line(listing, "coatcheck")
     assert "✔ Connected" in after, after
 
     stored = _stored_oauth_entry(home, "coatcheck", sign_in_site.mcp_url)
     assert stored["discoveryState"]["authorizationServerUrl"] == sign_in_site.authorization_server.rstrip("/")
     assert stored["refreshToken"], "no refresh token stored"
+    # A bare bool, so a failure cannot print the token it found.
+    showed_a_token = any(
+        secret in text for secret in (stored["accessToken"], stored["refreshToken"]) for text in (shown, listing)
+    )
+    assert not showed_a_token, "claude mcp login or claude mcp list showed a stored token"
     # The stored access token is the authorization server's, for Coatcheck's MCP URL, unexpired ...
     claims = (await sign_in_site.verify_access_token(stored["accessToken"])).claims
     assert claims["client_id"] == stored["clientId"], "the token belongs to another client"

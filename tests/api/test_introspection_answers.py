@@ -120,26 +120,35 @@ async def test_an_answer_without_iss_is_taken_as_the_configured_issuers_own() ->
     assert token.claims == {"iss": ISSUER}
 
 
+# Each answer is built when its test runs, not when the module is collected: an answer built at collection
+# would have expired (its exp is now + 300) before a long run reaches it, and be refused for the wrong reason.
 @pytest.mark.parametrize(
-    ("why", "answer"),
+    ("why", "changes"),
     [
         ("inactive", {"active": False}),
-        ("active as a string", _active(active="true")),
-        ("another issuer", _active(iss="https://tenant.example.com")),
-        ("no audience", _active(aud=None)),
-        ("another audience", _active(aud="https://other.example.com/mcp")),
-        ("an audience that is no URL", _active(aud=["http://[", 7])),
-        ("expired", _active(exp=int(time.time()) - 5)),
-        ("no exp", _active(exp=None)),
-        ("not yet valid", _active(nbf=int(time.time()) + 120)),
-        ("no sub", _active(sub=None)),
-        ("empty sub", _active(sub="")),
-        ("a refresh token", _active(token_type="refresh_token")),
-        ("sender-constrained", _active(token_type="DPoP", cnf={"jkt": "abc"})),
-        ("cnf without token_type", _active(cnf={"x5t#S256": "abc"})),
+        ("active as a string", {"active": "true"}),
+        ("another issuer", {"iss": "https://tenant.example.com"}),
+        ("no audience", {"aud": None}),
+        ("another audience", {"aud": "https://other.example.com/mcp"}),
+        ("an audience that is no URL", {"aud": ["http://[", 7]}),
+        ("expired", {"exp": -5}),
+        ("no exp", {"exp": None}),
+        ("not yet valid", {"nbf": 120}),
+        ("no sub", {"sub": None}),
+        ("empty sub", {"sub": ""}),
+        ("a refresh token", {"token_type": "refresh_token"}),
+        ("sender-constrained", {"token_type": "DPoP", "cnf": {"jkt": "abc"}}),
+        ("cnf without token_type", {"cnf": {"x5t#S256": "abc"}}),
     ],
 )
-async def test_an_answer_that_does_not_make_the_token_ours_is_refused(why: str, answer: dict[str, Any]) -> None:
+async def test_an_answer_that_does_not_make_the_token_ours_is_refused(why: str, changes: dict[str, Any]) -> None:
+    now = int(time.time())
+    # exp and nbf are given relative to now.
+    relative = {
+        key: now + value if key in ("exp", "nbf") and isinstance(value, int) else value
+        for key, value in changes.items()
+    }
+    answer = {"active": False} if changes == {"active": False} else _active(**relative)
     with introspection_endpoint() as endpoint:
         assert await _verify(endpoint, answer) is None, why
 

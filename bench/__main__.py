@@ -6,6 +6,9 @@
 Needs ``wrk`` (Debian package ``wrk``), PostgreSQL (``TEST_DATABASE_URL``, default the local server), Node for
 the dev IdP, and the ``bench`` extra (FastMCP, py-spy): ``pip install -e '.[test,bench]' -c constraints.txt``.
 
+Coatcheck runs exactly as ``coatcheck serve`` starts it (INFO logging, the access line on; only the secrets and
+URLs it needs are set). The peers run with uvicorn's ``--log-level warning --no-access-log``.
+
 Targets, each one uvicorn worker: a bare Litestar endpoint running the cart query (the floor), the stock ``mcp``
 app with a one-query cart tool, FastMCP with the same tool, and Coatcheck's ``cart_view`` and ``cart_set_item``
 (auth and sealed requestState on). Every target is measured once per round, rounds interleave targets so that
@@ -270,7 +273,8 @@ def main() -> None:
             "TOKEN_ENCRYPTION_KEYS": secrets.token_urlsafe(32),
             "OIDC_CLIENT_ID": "coatcheck-bench",  # the /connect login is not exercised here
             "OIDC_CLIENT_SECRET": secrets.token_urlsafe(32),
-            "LOG_LEVEL": "WARNING",
+            # Everything else as `coatcheck serve` ships it: INFO logging, one access line per request. Users
+            # run the defaults, so that is what is measured (not LOG_LEVEL=WARNING).
         }
         bench_env = {"BENCH_DSN": _dsn(url), "BENCH_ISS": idp.issuer, "BENCH_SUB": "bench-user"}
 

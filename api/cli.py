@@ -56,6 +56,7 @@ def run_http_server(app: "Litestar", settings: Settings, *, host: str, port: int
     from api.draining import Drain, DrainingServer
     from api.gc_policy import freeze_startup_objects
     from api.http_guard import guarded_protocol
+    from api.logs import flush_logging
 
     configure_logging(settings)
     freeze_startup_objects()  # keeps start-up objects out of every GC pass (the p99; see api/gc_policy.py)
@@ -69,6 +70,7 @@ def run_http_server(app: "Litestar", settings: Settings, *, host: str, port: int
             max_header_bytes=settings.max_request_header_bytes,
         ),
         log_config=None,  # configure_logging owns every handler and format
+        access_log=False,  # the edge writes each request's one line (api/edge.py), uvicorn none of its own
         log_level=settings.log_level.lower(),
         timeout_graceful_shutdown=settings.shutdown_timeout_seconds,
         timeout_keep_alive=settings.keep_alive_timeout_seconds,
@@ -80,8 +82,11 @@ def run_http_server(app: "Litestar", settings: Settings, *, host: str, port: int
     drain = app.state.get("drain")
     server = DrainingServer(config, drain if isinstance(drain, Drain) else Drain(0))
     signal.signal(signal.SIGTERM, _exit_after_sigterm)
-    with contextlib.suppress(KeyboardInterrupt):
-        server.run()
+    try:
+        with contextlib.suppress(KeyboardInterrupt):
+            server.run()
+    finally:
+        flush_logging()  # every line still queued is written before the process ends
     if not server.started:
         raise SystemExit(3)  # uvicorn's own start-up failure status (port in use, lifespan failed)
 

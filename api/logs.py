@@ -1,19 +1,28 @@
 """Process logging: one handler and one format for every logger (uvicorn, Litestar, the SDK, httpx2, ours).
 
 ``LOG_FORMAT=text`` writes ``time level logger [request id]: message``; ``LOG_FORMAT=json`` writes one JSON
-object a line with the same facts as fields, plus whatever structured fields a record carries (the tool
-call line: ``tool``, ``outcome``, ``duration_ms``, ``principal``; access lines: ``client``, ``method``,
-``path``, ``status``). ``LOG_LEVEL`` is the root level and every logger defers to it.
+object a line with the same facts as fields, plus whatever structured fields a record carries (each HTTP
+request's one line, :mod:`api.edge`: ``client``, ``method``, ``path``, ``status``, ``duration_ms``, and
+``mcp_method``, ``tool``, ``outcome``, ``principal`` from the MCP endpoint). ``LOG_LEVEL`` is the root level
+and every logger defers to it.
+
+A request's log call only stamps the record (its request id) and queues it: formatting and writing happen
+on a writer thread (``QueueHandler`` + ``QueueListener``), not on the event loop. :func:`flush_logging`
+(run when the server stops, and at exit) writes everything still queued; a crash loses at most what the
+queue held.
 
 Nothing logged may carry a secret: access lines lose their query strings (OAuth codes and states, a
 bearer token someone sent as ``?access_token=``), and principals appear only as digests
 (:func:`principal_digest`).
 """
 
+import atexit
 import hashlib
 import hmac
 import json
 import logging
+import logging.handlers
+import queue
 import re
 import sys
 import time
@@ -31,7 +40,17 @@ REQUEST_ID: ContextVar[str | None] = ContextVar("coatcheck_request_id", default=
 # Loggers that configure themselves (a level or a handler of their own) and so would not follow LOG_LEVEL.
 _SELF_CONFIGURED = ("uvicorn", "uvicorn.error", "uvicorn.access", "uvicorn.asgi", "litestar", "mcp", "httpx2")
 _TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s [%(request_id)s]: %(message)s"
-_STRUCTURED_FIELDS = ("tool", "outcome", "duration_ms", "principal", "method", "path", "status", "client")
+_STRUCTURED_FIELDS = (
+    "tool",
+    "outcome",
+    "duration_ms",
+    "principal",
+    "mcp_method",
+    "method",
+    "path",
+    "status",
+    "client",
+)
 _ACCESS_ARGS = 5  # uvicorn: client, method, path with query, HTTP version, status
 _DIGEST_LABEL = b"coatcheck log principal digest"
 _DIGEST_CHARS = 16
@@ -95,18 +114,85 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(entry, default=str, separators=(",", ":"))
 
 
+# Argument types a queued record may keep unformatted: nothing the caller could change before it is written.
+_IMMUTABLE_ARGS = frozenset({str, int, float, bool, type(None), bytes})
+
+
+class _Enqueue(logging.handlers.QueueHandler):
+    """Queues records for the writer thread as they are, leaving their formatting to it.
+
+    The standard ``QueueHandler`` formats each record in the caller (on the event loop); here only
+    arguments that could change before the writer gets to them are rendered at once.
+    """
+
+    def prepare(self, record: logging.LogRecord) -> logging.LogRecord:
+        args = record.args
+        if args and not (isinstance(args, tuple) and all(type(arg) in _IMMUTABLE_ARGS for arg in args)):
+            record.msg, record.args = record.getMessage(), None
+        return record
+
+
+class _Writer:
+    """The process's log pipeline: the queue handler on the root logger and the thread writing to stderr."""
+
+    def __init__(self, output: logging.Handler) -> None:
+        self.output = output
+        self.queue: queue.SimpleQueue[logging.LogRecord | None] = queue.SimpleQueue()
+        self.enqueue = _Enqueue(self.queue)
+        self.enqueue.addFilter(_RequestContext())  # the request id is the caller's: stamped before queueing
+        self.listener = logging.handlers.QueueListener(self.queue, output)
+        self.listener.start()
+        self.running = True
+
+    def stop(self) -> None:
+        """Write what is queued, stop the thread, and let later records be written directly."""
+        if not self.running:
+            return
+        self.running = False
+        self.listener.stop()  # writes everything queued before it
+        root = logging.getLogger()
+        if self.enqueue in root.handlers:
+            self.output.addFilter(_RequestContext())
+            root.addHandler(self.output)
+            root.removeHandler(self.enqueue)
+        while True:  # whatever another thread queued while the listener stopped
+            try:
+                record = self.queue.get_nowait()
+            except queue.Empty:
+                break
+            if record is not None:  # the listener's sentinel
+                self.output.handle(record)
+
+
+_writer: list[_Writer] = []  # the current pipeline, once configure_logging has run
+
+
+def flush_logging() -> None:
+    """Write every queued record to stderr and switch to writing directly (idempotent; also run at exit)."""
+    for writer in _writer:
+        writer.stop()
+
+
 def configure_logging(level: str, log_format: LogFormat = "text") -> None:
     """Send every logger's records to one stderr handler in ``log_format``, filtered at ``level``.
 
     Replaces whatever handlers the root logger had (``logging.basicConfig``, the SDK's, an earlier call).
+    Records are written by a writer thread (see the module docstring).
     """
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter() if log_format == "json" else logging.Formatter(_TEXT_FORMAT))
-    handler.addFilter(_RequestContext())
+    flush_logging()
+    if not _writer:
+        atexit.register(flush_logging)
+    _writer[:] = [_Writer(handler)]
     root = logging.getLogger()
     for old in list(root.handlers):
         root.removeHandler(old)
-    root.addHandler(handler)
+    root.addHandler(_writer[0].enqueue)
+    # No format here shows the caller's file and line, thread or process: skip collecting them per record
+    # (the logging HOWTO's "Optimization" section).
+    logging._srcfile = None
+    logging.logThreads = logging.logProcesses = logging.logMultiprocessing = False
     root.setLevel(level.upper())
     for name in _SELF_CONFIGURED:
         logger = logging.getLogger(name)

@@ -124,14 +124,14 @@ def test_oversized_headers_are_refused_with_431(guarded: RunningServer) -> None:
 
 
 def _access_lines(server: RunningServer, marker: str) -> list[str]:
-    return [line for line in server.log_text().splitlines() if "uvicorn.access" in line and marker in line]
+    return [line for line in server.log_text().splitlines() if "coatcheck.access" in line and marker in line]
 
 
 def test_behind_a_trusted_proxy_the_access_log_shows_the_forwarded_client(guarded: RunningServer) -> None:
     marker = f"/healthz?trusted-{time.monotonic_ns()}"
     httpx2.get(f"{guarded.base_url}{marker}", headers={"X-Forwarded-For": PROXY_CLIENT}, timeout=10.0)
     wait_until(lambda: bool(_access_lines(guarded, "/healthz")), timeout=5, what="an access line")
-    lines = [line for line in guarded.log_text().splitlines() if "uvicorn.access" in line and PROXY_CLIENT in line]
+    lines = [line for line in guarded.log_text().splitlines() if "coatcheck.access" in line and PROXY_CLIENT in line]
     assert lines, guarded.log_text()[-2000:]
 
 

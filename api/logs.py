@@ -17,6 +17,7 @@ bearer token someone sent as ``?access_token=``), and principals appear only as 
 """
 
 import atexit
+import collections
 import hashlib
 import hmac
 import json
@@ -25,6 +26,7 @@ import logging.handlers
 import queue
 import re
 import sys
+import threading
 import time
 from contextvars import ContextVar
 from typing import Any, Literal
@@ -132,12 +134,76 @@ class _Enqueue(logging.handlers.QueueHandler):
         return record
 
 
+_LINGER_SECONDS = 0.02  # how long the writer lets a batch build up: lines reach stderr at most this late
+
+
+class _BatchingStreamHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """A stream handler that writes what it formatted at :meth:`flush`, in one write (once per batch)."""
+
+    def __init__(self, stream: Any) -> None:
+        super().__init__(stream)
+        self._pending: list[str] = []
+        self.batching = True
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            self._pending.append(self.format(record) + self.terminator)
+        except RecursionError:
+            raise
+        except Exception:  # logging's own policy: report it and carry on
+            self.handleError(record)
+        if not self.batching:
+            self.flush()
+
+    def flush(self) -> None:
+        with self.lock:  # type: ignore[union-attr]
+            if self._pending:
+                text, self._pending = "".join(self._pending), []
+                self.stream.write(text)
+            self.stream.flush()
+
+
+class _LingeringQueue:
+    """The queue between the handler and the writer thread, waking the writer once per batch.
+
+    ``queue.SimpleQueue`` wakes the writer for every record: a futex call on the event loop and a GIL
+    hand-over per line. Here a record is appended to a deque; only the first of a batch sets the event, and
+    the writer lingers a moment before taking what has accumulated, then writes it all at once.
+    """
+
+    def __init__(self, drained: Any) -> None:
+        self._items: collections.deque[logging.LogRecord | None] = collections.deque()
+        self._ready = threading.Event()
+        self._drained = drained  # called when the writer has taken everything (writes the batch)
+
+    def put_nowait(self, item: logging.LogRecord | None) -> None:
+        self._items.append(item)  # first, so a writer that clears the event below still finds it
+        if not self._ready.is_set():
+            self._ready.set()
+
+    def get(self, block: bool = True) -> logging.LogRecord | None:
+        while True:
+            try:
+                return self._items.popleft()
+            except IndexError:
+                pass
+            self._drained()
+            if not block:
+                raise queue.Empty
+            self._ready.wait()
+            time.sleep(_LINGER_SECONDS)
+            self._ready.clear()
+
+    def get_nowait(self) -> logging.LogRecord | None:
+        return self.get(block=False)
+
+
 class _Writer:
     """The process's log pipeline: the queue handler on the root logger and the thread writing to stderr."""
 
-    def __init__(self, output: logging.Handler) -> None:
+    def __init__(self, output: _BatchingStreamHandler) -> None:
         self.output = output
-        self.queue: queue.SimpleQueue[logging.LogRecord | None] = queue.SimpleQueue()
+        self.queue = _LingeringQueue(output.flush)
         self.enqueue = _Enqueue(self.queue)
         self.enqueue.addFilter(_RequestContext())  # the request id is the caller's: stamped before queueing
         self.listener = logging.handlers.QueueListener(self.queue, output)
@@ -150,6 +216,8 @@ class _Writer:
             return
         self.running = False
         self.listener.stop()  # writes everything queued before it
+        self.output.batching = False
+        self.output.flush()
         root = logging.getLogger()
         if self.enqueue in root.handlers:
             self.output.addFilter(_RequestContext())
@@ -179,7 +247,7 @@ def configure_logging(level: str, log_format: LogFormat = "text") -> None:
     Replaces whatever handlers the root logger had (``logging.basicConfig``, the SDK's, an earlier call).
     Records are written by a writer thread (see the module docstring).
     """
-    handler = logging.StreamHandler(sys.stderr)
+    handler = _BatchingStreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter() if log_format == "json" else logging.Formatter(_TEXT_FORMAT))
     flush_logging()
     if not _writer:

@@ -189,7 +189,7 @@ async def test_bearer_tokens_and_secrets_never_reach_the_server_log(
     good = await devidp.token("log-watcher", resource=server.mcp_url)
     expired = await devidp.token("log-watcher", resource=server.mcp_url, expires_in=-60)
     access_line = '"POST /mcp HTTP/1.1"'
-    before = server.log_text().count(access_line)
+    before = server.log_text_so_far().count(access_line)
     post(http, server.mcp_url, "tools/list", token=good)
     post(http, server.mcp_url, "tools/call", {"name": "cart_view", "arguments": {"cart_id": "nope"}}, token=good)
     post(http, server.mcp_url, "tools/list", token=expired)

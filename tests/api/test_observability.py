@@ -204,7 +204,8 @@ async def test_the_principal_digest_differs_between_users_and_is_keyed(
     observed: RunningServer, devidp: DevIdP, user: str, server_env: dict[str, str]
 ) -> None:
     other = f"{user}-other"
-    before = len(_tool_lines(observed))  # the module's server has logged other tests' calls already
+    observed.log_text_so_far()  # the module's server has logged other tests' calls already: all written
+    before = len(_tool_lines(observed))
     for username in (user, other):
         async with _client(devidp, observed, username) as connected:
             await connected.call_tool("cart_list", {})

@@ -11,6 +11,8 @@ from api.commands.runner import load_settings, run_with_database
 from api.settings import DatabaseSettings, Settings, VaultKeySettings
 
 if TYPE_CHECKING:
+    import socket
+
     from litestar import Litestar
 
 logger = logging.getLogger("coatcheck")
@@ -32,6 +34,13 @@ def configure_logging(settings: Settings) -> None:
     configure(settings.log_level, settings.log_format)
 
 
+def _worker_count(value: str) -> int:
+    count = int(value) if value.isdigit() else 0
+    if not 1 <= count <= 64:
+        raise argparse.ArgumentTypeError("must be a whole number from 1 to 64")
+    return count
+
+
 def _exit_after_sigterm(signum: int, frame: object) -> None:
     # uvicorn restores the handler it found, then re-raises the SIGTERM it handled: landing here means the
     # shutdown it ran has finished, so the process ends normally (exit status 0, not -15). Outside uvicorn's
@@ -40,8 +49,13 @@ def _exit_after_sigterm(signum: int, frame: object) -> None:
     raise SystemExit(0)
 
 
-def run_http_server(app: "Litestar", settings: Settings, *, host: str, port: int) -> None:
+def run_http_server(
+    app: "Litestar", settings: Settings, *, host: str, port: int, sockets: "list[socket.socket] | None" = None
+) -> None:
     """Serve ``app`` with uvicorn the way production does (also used by the test-only conformance profile).
+
+    ``sockets``: already-bound listening sockets to serve instead of binding ``host``:``port`` (a worker of
+    ``serve --workers``, :mod:`api.workers`).
 
     On SIGTERM ``/readyz`` turns 503 for ``SHUTDOWN_DRAIN_SECONDS`` while requests are still served
     (``api.draining``); then uvicorn stops accepting, lets in-flight requests run for up to
@@ -84,7 +98,7 @@ def run_http_server(app: "Litestar", settings: Settings, *, host: str, port: int
     signal.signal(signal.SIGTERM, _exit_after_sigterm)
     try:
         with contextlib.suppress(KeyboardInterrupt):
-            server.run()
+            server.run(sockets=sockets)
     finally:
         flush_logging()  # every line still queued is written before the process ends
     if not server.started:
@@ -92,10 +106,30 @@ def run_http_server(app: "Litestar", settings: Settings, *, host: str, port: int
 
 
 def _serve(args: argparse.Namespace) -> None:
+    settings = _settings()
+    if args.workers == 1:
+        _serve_one(args, settings)
+        return
+    import uvicorn
+
+    from api.workers import serve_workers
+
+    # Bound once, before the fork, so every worker accepts on the same socket. The supervisor configures
+    # its logging only after forking: a fork must not copy the log writer's thread.
+    sock = uvicorn.Config(app=_serve, host=args.host, port=args.port).bind_socket()  # (app: unused here)
+    status = serve_workers(
+        args.workers,
+        sock,
+        lambda sockets: _serve_one(args, settings, sockets),
+        forked=lambda: configure_logging(settings),
+    )
+    raise SystemExit(status)
+
+
+def _serve_one(args: argparse.Namespace, settings: Settings, sockets: "list[socket.socket] | None" = None) -> None:
     from api.app import create_app
     from api.tracing import TracingConfigError, configure_tracing
 
-    settings = _settings()
     configure_logging(settings)
     try:
         tracer_provider = configure_tracing(settings)
@@ -104,7 +138,7 @@ def _serve(args: argparse.Namespace) -> None:
         raise SystemExit(2) from None
     app = create_app(settings, purge_every=args.purge_every, tracer_provider=tracer_provider)
     try:
-        run_http_server(app, settings, host=args.host, port=args.port)
+        run_http_server(app, settings, host=args.host, port=args.port, sockets=sockets)
     finally:
         if tracer_provider is not None:
             tracer_provider.shutdown()  # flush the spans still queued for export
@@ -185,6 +219,13 @@ def main(argv: list[str] | None = None) -> None:
         default=None,
         metavar="DURATION",
         help="also run `coatcheck purge` in the background every DURATION (e.g. 1h); off by default",
+    )
+    serve.add_argument(
+        "--workers",
+        type=_worker_count,
+        default=1,
+        metavar="N",
+        help="server processes sharing the port (default 1); each has its own DB_POOL_SIZE pool (docs/performance.md)",
     )
     serve.set_defaults(run=_serve)
     migrate = commands.add_parser("migrate", help="alembic upgrade head against DATABASE_URL")

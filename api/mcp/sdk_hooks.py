@@ -1,6 +1,6 @@
 """Per-call work the SDK does that Coatcheck can skip through the SDK's own hooks, without changing an answer.
 
-Two costs show up in a profile of every ``tools/call`` (see the README's performance section):
+Two costs show up in a profile of every ``tools/call`` (see docs/performance.md):
 
 * **No-op trace spans.** The SDK wraps every message in an OpenTelemetry span. With no tracer provider in the
   process the span records nothing, but creating it, extracting the caller's trace context from ``_meta``

@@ -60,6 +60,8 @@ def _logged_path(scope: Scope) -> str:
 
 
 def _log(scope: Scope, path: str, status: int, started: float, facts: RequestFacts) -> None:
+    if not logger.isEnabledFor(logging.INFO):  # LOG_LEVEL=WARNING: not even the arguments are built
+        return
     duration_ms = round((time.perf_counter() - started) * 1000, 1)
     client, method, version = _client(scope), scope.get("method", "-"), scope.get("http_version", "1.1")
     extra: dict[str, Any] = {

@@ -9,13 +9,12 @@ import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from datetime import timedelta
-from typing import Any, cast
+from typing import Any
 
 import httpx2
 from litestar import Litestar, Request, Response, get, route
 from litestar.datastructures import State
-from litestar.handlers import BaseRouteHandler, asgi
-from litestar.types import Receive, Scope, Send
+from litestar.handlers import BaseRouteHandler
 from mcp.server.auth.provider import TokenVerifier
 from mcp.server.mcpserver import MCPServer
 from opentelemetry.trace import TracerProvider
@@ -28,6 +27,7 @@ from api.commands.purge import RetentionPolicy, purge_periodically
 from api.database import database_from
 from api.draining import Drain
 from api.durability import SyncStandbyCheck
+from api.edge import Edge
 from api.introspection import TokenIntrospection
 from api.jose import IssuerMetadata, JwksCache
 from api.logs import install_access_log_redaction, principal_digest_key
@@ -43,7 +43,6 @@ from api.mcp.server import build_mcp_server
 from api.metrics import Metrics
 from api.oauth.browser_sessions import BrowserSessions
 from api.oauth.setup import browser_login, build_browser_routes, build_connections, cookie_jar
-from api.request_id import request_id_middleware
 from api.search_health import SearchHealth
 from api.settings import Settings
 from api.tracing import trace_statements
@@ -163,14 +162,6 @@ def create_app(
         cors_origins=frozenset(settings.cors_allowed_origins),
     )
 
-    @asgi("/mcp", copy_scope=True)
-    async def mcp_endpoint(scope: Scope, receive: Receive, send: Send) -> None:
-        # Not a Litestar mount: a mount rewrites the server's own scope, so access logs would say "POST /".
-        # The SDK's app is routed at "/" and gets its own copy of the scope with that path.
-        sdk_scope = dict(scope)
-        sdk_scope.update(path="/", raw_path=b"/", root_path="")
-        await endpoint(cast(Scope, sdk_scope), receive, send)
-
     prm = protected_resource_metadata(settings)
     search_health = SearchHealth(db)
     prm_paths = ["/.well-known/oauth-protected-resource/mcp", "/.well-known/oauth-protected-resource"]
@@ -264,9 +255,9 @@ def create_app(
             await http.aclose()
             await db.dispose()
 
-    return Litestar(
+    app = Litestar(
         route_handlers=[
-            mcp_endpoint,
+            # /mcp is routed before Litestar's router, by the edge (below).
             oauth_protected_resource,
             healthz,
             readyz,
@@ -275,10 +266,14 @@ def create_app(
             *observability,
         ],
         lifespan=[lifespan],
-        middleware=[request_id_middleware],
         # Litestar's default logging config would reset the root logger to INFO with a format of its own;
         # api.logs configures every logger for the process instead.
         logging_config=None,
         openapi_config=None,
         state=State({"drain": drain}),  # run_http_server starts the drain on SIGTERM
     )
+    # Every HTTP request enters the edge first (request id, its one log line); /mcp goes from there straight
+    # to the MCP endpoint, everything else to Litestar's own handler (router, exception handling). The
+    # lifespan still runs through Litestar.
+    app.asgi_handler = Edge(app.asgi_handler, endpoint)
+    return app

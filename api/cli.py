@@ -4,12 +4,16 @@ grants revoke, dev."""
 import argparse
 import logging
 import sys
+from typing import TYPE_CHECKING
 
 from api.commands import catalog as catalog_command
 from api.commands import purge as purge_command
 from api.commands.runner import load_settings, run_with_database
 from api.serving import configure_logging, run_http_server
 from api.settings import DatabaseSettings, Settings, VaultKeySettings
+
+if TYPE_CHECKING:
+    import socket
 
 logger = logging.getLogger("coatcheck")
 
@@ -23,11 +27,38 @@ def _database_url_only() -> str:
     return load_settings(DatabaseSettings).database_url
 
 
+def _worker_count(value: str) -> int:
+    count = int(value) if value.isdigit() else 0
+    if not 1 <= count <= 64:
+        raise argparse.ArgumentTypeError("must be a whole number from 1 to 64")
+    return count
+
+
 def _serve(args: argparse.Namespace) -> None:
+    settings = _settings()
+    if args.workers == 1:
+        _serve_one(args, settings)
+        return
+    import uvicorn
+
+    from api.workers import serve_workers
+
+    # Bound once, before the fork, so every worker accepts on the same socket. The supervisor configures
+    # its logging only after forking: a fork must not copy the log writer's thread.
+    sock = uvicorn.Config(app=_serve, host=args.host, port=args.port).bind_socket()  # (app: unused here)
+    status = serve_workers(
+        args.workers,
+        sock,
+        lambda sockets: _serve_one(args, settings, sockets),
+        forked=lambda: configure_logging(settings),
+    )
+    raise SystemExit(status)
+
+
+def _serve_one(args: argparse.Namespace, settings: Settings, sockets: "list[socket.socket] | None" = None) -> None:
     from api.app import create_app
     from api.tracing import TracingConfigError, configure_tracing
 
-    settings = _settings()
     configure_logging(settings)
     try:
         tracer_provider = configure_tracing(settings)
@@ -36,7 +67,7 @@ def _serve(args: argparse.Namespace) -> None:
         raise SystemExit(2) from None
     app = create_app(settings, purge_every=args.purge_every, tracer_provider=tracer_provider)
     try:
-        run_http_server(app, settings, host=args.host, port=args.port)
+        run_http_server(app, settings, host=args.host, port=args.port, sockets=sockets)
     finally:
         if tracer_provider is not None:
             tracer_provider.shutdown()  # flush the spans still queued for export
@@ -123,6 +154,13 @@ def main(argv: list[str] | None = None) -> None:
         default=None,
         metavar="DURATION",
         help="also run `coatcheck purge` in the background every DURATION (e.g. 1h); off by default",
+    )
+    serve.add_argument(
+        "--workers",
+        type=_worker_count,
+        default=1,
+        metavar="N",
+        help="server processes sharing the port (default 1); each has its own DB_POOL_SIZE pool (docs/performance.md)",
     )
     serve.set_defaults(run=_serve)
     migrate = commands.add_parser("migrate", help="alembic upgrade head against DATABASE_URL")

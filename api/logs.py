@@ -5,21 +5,32 @@ characters escaped (:func:`api.escaping.escape_controls`: a CR, LF or ANSI/OSC s
 method name or a provider's error string cannot forge a line or drive a terminal); a traceback follows on
 lines of its own, each indented, so a line that starts in the first column always starts a record.
 ``LOG_FORMAT=json`` writes one JSON object a line (``json`` escapes every control and non-ASCII character)
-with the same facts as fields, plus whatever structured fields a record carries (the tool
-call line: ``tool``, ``outcome``, ``duration_ms``, ``principal``; access lines: ``client``, ``method``,
-``path``, ``status``). ``LOG_LEVEL`` is the root level and every logger defers to it.
+with the same facts as fields, plus whatever structured fields a record carries (each HTTP request's one
+line, :mod:`api.edge`: ``client``, ``method``, ``path``, ``status``, ``duration_ms``, and ``mcp_method``,
+``tool``, ``outcome``, ``principal`` from the MCP endpoint). ``LOG_LEVEL`` is the root level and every
+logger defers to it.
+
+A request's log call only stamps the record (its request id) and queues it: formatting and writing happen
+on a writer thread (``QueueHandler`` + ``QueueListener``), not on the event loop. :func:`flush_logging`
+(run when the server stops, and at exit) writes everything still queued; a crash loses at most what the
+queue held.
 
 Nothing logged may carry a secret: access lines lose their query strings (OAuth codes and states, a
 bearer token someone sent as ``?access_token=``), and principals appear only as digests
 (:func:`principal_digest`).
 """
 
+import atexit
+import collections
 import hashlib
 import hmac
 import json
 import logging
+import logging.handlers
+import queue
 import re
 import sys
+import threading
 import time
 from contextvars import ContextVar
 from typing import Any, Literal
@@ -36,7 +47,17 @@ REQUEST_ID: ContextVar[str | None] = ContextVar("coatcheck_request_id", default=
 # Loggers that configure themselves (a level or a handler of their own) and so would not follow LOG_LEVEL.
 _SELF_CONFIGURED = ("uvicorn", "uvicorn.error", "uvicorn.access", "uvicorn.asgi", "litestar", "mcp", "httpx2")
 _TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s [%(request_id)s]: %(message)s"
-_STRUCTURED_FIELDS = ("tool", "outcome", "duration_ms", "principal", "method", "path", "status", "client")
+_STRUCTURED_FIELDS = (
+    "tool",
+    "outcome",
+    "duration_ms",
+    "principal",
+    "mcp_method",
+    "method",
+    "path",
+    "status",
+    "client",
+)
 _ACCESS_ARGS = 5  # uvicorn: client, method, path with query, HTTP version, status
 _DIGEST_LABEL = b"coatcheck log principal digest"
 _DIGEST_CHARS = 16
@@ -132,18 +153,151 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(entry, default=str, separators=(",", ":"))
 
 
+# Argument types a queued record may keep unformatted: nothing the caller could change before it is written.
+_IMMUTABLE_ARGS = frozenset({str, int, float, bool, type(None), bytes})
+
+
+class _Enqueue(logging.handlers.QueueHandler):
+    """Queues records for the writer thread as they are, leaving their formatting to it.
+
+    The standard ``QueueHandler`` formats each record in the caller (on the event loop); here only
+    arguments that could change before the writer gets to them are rendered at once.
+    """
+
+    def prepare(self, record: logging.LogRecord) -> logging.LogRecord:
+        args = record.args
+        if args and not (isinstance(args, tuple) and all(type(arg) in _IMMUTABLE_ARGS for arg in args)):
+            record.msg, record.args = record.getMessage(), None
+        return record
+
+
+_LINGER_SECONDS = 0.02  # how long the writer lets a batch build up: lines reach stderr at most this late
+
+
+class _BatchingStreamHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """A stream handler that writes what it formatted at :meth:`flush`, in one write (once per batch)."""
+
+    def __init__(self, stream: Any) -> None:
+        super().__init__(stream)
+        self._pending: list[str] = []
+        self.batching = True
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            self._pending.append(self.format(record) + self.terminator)
+        except RecursionError:
+            raise
+        except Exception:  # logging's own policy: report it and carry on
+            self.handleError(record)
+        if not self.batching:
+            self.flush()
+
+    def flush(self) -> None:
+        with self.lock:  # type: ignore[union-attr]
+            if self._pending:
+                text, self._pending = "".join(self._pending), []
+                self.stream.write(text)
+            self.stream.flush()
+
+
+class _LingeringQueue:
+    """The queue between the handler and the writer thread, waking the writer once per batch.
+
+    ``queue.SimpleQueue`` wakes the writer for every record: a futex call on the event loop and a GIL
+    hand-over per line. Here a record is appended to a deque; only the first of a batch sets the event, and
+    the writer lingers a moment before taking what has accumulated, then writes it all at once.
+    """
+
+    def __init__(self, drained: Any) -> None:
+        self._items: collections.deque[logging.LogRecord | None] = collections.deque()
+        self._ready = threading.Event()
+        self._drained = drained  # called when the writer has taken everything (writes the batch)
+
+    def put_nowait(self, item: logging.LogRecord | None) -> None:
+        self._items.append(item)  # first, so a writer that clears the event below still finds it
+        if not self._ready.is_set():
+            self._ready.set()
+
+    def get(self, block: bool = True) -> logging.LogRecord | None:
+        while True:
+            try:
+                return self._items.popleft()
+            except IndexError:
+                pass
+            self._drained()
+            if not block:
+                raise queue.Empty
+            self._ready.wait()
+            time.sleep(_LINGER_SECONDS)
+            self._ready.clear()
+
+    def get_nowait(self) -> logging.LogRecord | None:
+        return self.get(block=False)
+
+
+class _Writer:
+    """The process's log pipeline: the queue handler on the root logger and the thread writing to stderr."""
+
+    def __init__(self, output: _BatchingStreamHandler) -> None:
+        self.output = output
+        self.queue = _LingeringQueue(output.flush)
+        self.enqueue = _Enqueue(self.queue)
+        self.enqueue.addFilter(_RequestContext())  # the request id is the caller's: stamped before queueing
+        self.listener = logging.handlers.QueueListener(self.queue, output)
+        self.listener.start()
+        self.running = True
+
+    def stop(self) -> None:
+        """Write what is queued, stop the thread, and let later records be written directly."""
+        if not self.running:
+            return
+        self.running = False
+        self.listener.stop()  # writes everything queued before it
+        self.output.batching = False
+        self.output.flush()
+        root = logging.getLogger()
+        if self.enqueue in root.handlers:
+            self.output.addFilter(_RequestContext())
+            root.addHandler(self.output)
+            root.removeHandler(self.enqueue)
+        while True:  # whatever another thread queued while the listener stopped
+            try:
+                record = self.queue.get_nowait()
+            except queue.Empty:
+                break
+            if record is not None:  # the listener's sentinel
+                self.output.handle(record)
+
+
+_writer: list[_Writer] = []  # the current pipeline, once configure_logging has run
+
+
+def flush_logging() -> None:
+    """Write every queued record to stderr and switch to writing directly (idempotent; also run at exit)."""
+    for writer in _writer:
+        writer.stop()
+
+
 def configure_logging(level: str, log_format: LogFormat = "text") -> None:
     """Send every logger's records to one stderr handler in ``log_format``, filtered at ``level``.
 
     Replaces whatever handlers the root logger had (``logging.basicConfig``, the SDK's, an earlier call).
+    Records are written by a writer thread (see the module docstring).
     """
-    handler = logging.StreamHandler(sys.stderr)
+    handler = _BatchingStreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter() if log_format == "json" else TextFormatter())
-    handler.addFilter(_RequestContext())
+    flush_logging()
+    if not _writer:
+        atexit.register(flush_logging)
+    _writer[:] = [_Writer(handler)]
     root = logging.getLogger()
     for old in list(root.handlers):
         root.removeHandler(old)
-    root.addHandler(handler)
+    root.addHandler(_writer[0].enqueue)
+    # No format here shows the caller's file and line, thread or process: skip collecting them per record
+    # (the logging HOWTO's "Optimization" section).
+    logging._srcfile = None
+    logging.logThreads = logging.logProcesses = logging.logMultiprocessing = False
     root.setLevel(level.upper())
     for name in _SELF_CONFIGURED:
         logger = logging.getLogger(name)

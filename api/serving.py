@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING
 from api.settings import Settings
 
 if TYPE_CHECKING:
+    import socket
+
     from litestar import Litestar
 
 
@@ -28,8 +30,13 @@ def _exit_after_sigterm(signum: int, frame: object) -> None:
     raise SystemExit(0)
 
 
-def run_http_server(app: "Litestar", settings: Settings, *, host: str, port: int) -> None:
+def run_http_server(
+    app: "Litestar", settings: Settings, *, host: str, port: int, sockets: "list[socket.socket] | None" = None
+) -> None:
     """Serve ``app`` with uvicorn the way production does (also used by the test-only conformance profile).
+
+    ``sockets``: already-bound listening sockets to serve instead of binding ``host``:``port`` (a worker of
+    ``serve --workers``, :mod:`api.workers`).
 
     On SIGTERM ``/readyz`` turns 503 for ``SHUTDOWN_DRAIN_SECONDS`` while requests are still served
     (``api.draining``); then uvicorn stops accepting, lets in-flight requests run for up to
@@ -44,6 +51,7 @@ def run_http_server(app: "Litestar", settings: Settings, *, host: str, port: int
     from api.draining import Drain, DrainingServer
     from api.gc_policy import freeze_startup_objects
     from api.http_guard import guarded_protocol
+    from api.logs import flush_logging
 
     configure_logging(settings)
     freeze_startup_objects()  # keeps start-up objects out of every GC pass (the p99; see api/gc_policy.py)
@@ -57,6 +65,7 @@ def run_http_server(app: "Litestar", settings: Settings, *, host: str, port: int
             max_header_bytes=settings.max_request_header_bytes,
         ),
         log_config=None,  # configure_logging owns every handler and format
+        access_log=False,  # the edge writes each request's one line (api/edge.py), uvicorn none of its own
         log_level=settings.log_level.lower(),
         timeout_graceful_shutdown=settings.shutdown_timeout_seconds,
         timeout_keep_alive=settings.keep_alive_timeout_seconds,
@@ -68,7 +77,10 @@ def run_http_server(app: "Litestar", settings: Settings, *, host: str, port: int
     drain = app.state.get("drain")
     server = DrainingServer(config, drain if isinstance(drain, Drain) else Drain(0))
     signal.signal(signal.SIGTERM, _exit_after_sigterm)
-    with contextlib.suppress(KeyboardInterrupt):
-        server.run()
+    try:
+        with contextlib.suppress(KeyboardInterrupt):
+            server.run(sockets=sockets)
+    finally:
+        flush_logging()  # every line still queued is written before the process ends
     if not server.started:
         raise SystemExit(3)  # uvicorn's own start-up failure status (port in use, lifespan failed)

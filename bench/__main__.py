@@ -6,6 +6,9 @@
 Needs ``wrk`` (Debian package ``wrk``), PostgreSQL (``TEST_DATABASE_URL``, default the local server), Node for
 the dev IdP, and the ``bench`` extra (FastMCP, py-spy): ``pip install -e '.[test,bench]' -c constraints.txt``.
 
+Coatcheck runs exactly as ``coatcheck serve`` starts it (INFO logging, the access line on; only the secrets and
+URLs it needs are set). The peers run with uvicorn's ``--log-level warning --no-access-log``.
+
 Targets, each one uvicorn worker: a bare Litestar endpoint running the cart query (the floor), the stock ``mcp``
 app with a one-query cart tool, FastMCP with the same tool, and Coatcheck's ``cart_view`` and ``cart_set_item``
 (auth and sealed requestState on). Every target is measured once per round, rounds interleave targets so that
@@ -51,12 +54,14 @@ SDK = "sdk"
 FASTMCP = "fastmcp"
 VIEW = "cart_view"
 SET_ITEM = "cart_set_item"
+WORKERS = "cart_view_workers"
 LABELS = {
     FLOOR: "bare Litestar + the same query (floor)",
     SDK: "stock mcp app, one-query tool, no auth",
     FASTMCP: "FastMCP, same tool, no auth",
     VIEW: "Coatcheck cart_view",
     SET_ITEM: "Coatcheck cart_set_item",
+    WORKERS: "Coatcheck cart_view, serve --workers N",
 }
 MODES = {"sse": "SSE-capable responses (the SDK default)", "json": "plain JSON responses (MCP_JSON_RESPONSE=true)"}
 
@@ -225,6 +230,15 @@ def report(
                 verdict = f"target {op} {goal}: " + ("met" if met else f"MISSED by {abs(med / goal - 1) * 100:.0f} %")
             print(f"  {name:32} {_fmt(values):>20}  {verdict}")
             mode_summary[name] = {"median": med, "min": min(values), "max": max(values), "target": verdict}
+        if WORKERS in by_key:
+            workers = by_key[WORKERS]
+            ratios = {
+                f"cart_view --workers {args.workers} / 1 worker": (paired(workers, view), None, None),
+                f"CPU/call --workers {args.workers} / 1 worker": (paired(workers, view, "cpu_ms_per_call"), None, None),
+            }
+            for name, (values, _, _) in ratios.items():
+                print(f"  {name:32} {_fmt(values):>20}")
+                mode_summary[name] = {"median": statistics.median(values), "min": min(values), "max": max(values)}
         opened = {LABELS[k]: sum(w.sessions_opened for w in ws) for k, ws in by_key.items()}
         print("  PostgreSQL sessions opened during measurement: " + ", ".join(f"{k} {v}" for k, v in opened.items()))
         summary[mode] = {"ratios": mode_summary, "sessions_opened": opened}
@@ -246,6 +260,14 @@ def main() -> None:
     parser.add_argument(
         "--profile-only", default="", help="with --profile: comma-separated target keys to profile (e.g. sdk,cart_view)"
     )
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also measure cart_view on `coatcheck serve --workers N` (N >= 2; DB_POOL_SIZE 10 split between the "
+        "workers; CPU summed over them)",
+    )
     parser.add_argument("--output", type=Path, help="also write every window and ratio to this JSON file")
     args = parser.parse_args()
     if args.smoke:
@@ -261,6 +283,8 @@ def main() -> None:
         sessions = SessionCounter(_dsn(admin_url), make_url(url).database or "")
         stack.callback(sessions.close)
         ports = {mode: free_port() for mode in modes}
+        if args.workers > 1:
+            ports.update({f"{mode}-workers": free_port() for mode in modes})
         publics = {mode: f"http://127.0.0.1:{port}" for mode, port in ports.items()}
         idp = stack.enter_context(start_devidp(port=free_port(), resources=[f"{p}/mcp" for p in publics.values()]))
         common = {
@@ -270,7 +294,8 @@ def main() -> None:
             "TOKEN_ENCRYPTION_KEYS": secrets.token_urlsafe(32),
             "OIDC_CLIENT_ID": "coatcheck-bench",  # the /connect login is not exercised here
             "OIDC_CLIENT_SECRET": secrets.token_urlsafe(32),
-            "LOG_LEVEL": "WARNING",
+            # Everything else as `coatcheck serve` ships it: INFO logging, one access line per request. Users
+            # run the defaults, so that is what is measured (not LOG_LEVEL=WARNING).
         }
         bench_env = {"BENCH_DSN": _dsn(url), "BENCH_ISS": idp.issuer, "BENCH_SUB": "bench-user"}
 
@@ -303,6 +328,15 @@ def main() -> None:
             view_headers, view_body = call("cart_view", {"cart_id": cart_ids[0]})
             if not targets:
                 targets.append(Target(FLOOR, "-", floor_url, floor_pid, plain_headers, [plain_body]))
+            if args.workers > 1:
+                port = ports[f"{mode}-workers"]
+                # The same connection budget as the one-worker target, split between the workers.
+                pool = str(max(1, 10 // args.workers))
+                many_env = {**env, "PUBLIC_URL": publics[f"{mode}-workers"], "DB_POOL_SIZE": pool}
+                many = stack.enter_context(run_server(many_env, port=port, extra_args=["--workers", str(args.workers)]))
+                many_token = asyncio.run(idp.token("bench-user", resource=many.mcp_url))
+                many_headers = {**view_headers, "Authorization": f"Bearer {many_token}"}
+                targets.append(Target(WORKERS, mode, many.mcp_url, many.process.pid, many_headers, [view_body]))
             targets += [
                 Target(SDK, mode, sdk_url, sdk_pid, plain_headers, [plain_body]),
                 Target(FASTMCP, mode, fm_url, fm_pid, plain_headers, [plain_body]),

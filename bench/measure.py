@@ -31,11 +31,17 @@ class Window:
 
 
 def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of process ``pid`` (all its threads) so far."""
+    """User + system CPU time of process ``pid`` (all its threads) and its live child processes so far.
+
+    Children count (``serve --workers N``: the supervisor's workers do the work); all of them live for the
+    whole run, so none drops out of the sum between two readings.
+    """
     with open(f"/proc/{pid}/stat") as f:
         # The command name (field 2) may contain spaces; everything after its closing parenthesis is fixed.
         fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / _TICKS  # utime, stime (fields 14 and 15 of stat)
+    own = (int(fields[11]) + int(fields[12])) / _TICKS  # utime, stime (fields 14 and 15 of stat)
+    with open(f"/proc/{pid}/task/{pid}/children") as f:
+        return own + sum(cpu_seconds(int(child)) for child in f.read().split())
 
 
 class SessionCounter:

@@ -68,6 +68,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("anyio + sniffio (SSE task group, streams)", ("/anyio/", "/sniffio/")),
     ("pydantic (JSON-RPC models, validation)", ("/pydantic/", "/pydantic_core/")),
     ("uvicorn + httptools (HTTP)", ("/uvicorn/", "/httptools/")),
+    ("logging (records and queue; the writer thread's format + write)", ("/logging/", "/queue.py", "/threading.py")),
     ("asyncio + stdlib", ("/python3.",)),
 ]
 
@@ -77,6 +78,8 @@ CALLS: list[tuple[str, Callable[[Frame], bool]]] = [
     ("  JwtVerifier.verify_token (Coatcheck, cache hit)", lambda f: f.name == "verify_token"),
     ("SDK Mcp-Param validation (_mcp_param_rejection)", lambda f: f.name == "_mcp_param_rejection"),
     ("the tool function (api/mcp/tools_*.py)", lambda f: "/api/mcp/tools_" in f.path),
+    ("the request's log line, on the event loop (api/edge.py _log)", lambda f: f.name == "_log"),
+    ("the log writer thread (QueueListener: format + write)", lambda f: f.name == "_monitor"),
     # SQLAlchemy runs its core in a greenlet, whose samples do not show the calling frames: its time is in
     # the SQLAlchemy layer above, not in these two.
     ("  unit of work (store/db.py: checkout, statements, return)", lambda f: f.path == STORE + "db.py"),

@@ -74,9 +74,8 @@ async def _send_jsonrpc_error(
     await send(HTTPResponseBodyEvent(type="http.response.body", body=body, more_body=False))
 
 
-def _has_bearer_credentials(scope: Scope) -> bool:
-    authorization = _header(scope, b"authorization")
-    return authorization is not None and authorization.strip()[:7].lower() == "bearer "
+def _has_bearer_credentials(authorization: bytes | None) -> bool:
+    return authorization is not None and authorization.strip()[:7].lower() == b"bearer "
 
 
 async def _send_challenge(send: Send, resource_metadata_url: str) -> None:
@@ -94,6 +93,26 @@ async def _send_challenge(send: Send, resource_metadata_url: str) -> None:
 
 def _header(scope: Scope, name: bytes) -> str | None:
     return next((value.decode("latin-1") for key, value in scope["headers"] if key == name), None)
+
+
+_OWS = (b" ", b"\t")
+
+
+def _scan_headers(scope: Scope) -> tuple[bytes | None, bytes | None, bytes | None, bool]:
+    """One pass over the request headers: the first ``Origin``, ``Content-Length`` and ``Authorization``
+    values, and whether any value has surrounding whitespace to strip."""
+    origin = length = authorization = None
+    padded = False
+    for name, value in scope["headers"]:
+        if name == b"authorization":
+            authorization = value if authorization is None else authorization
+        elif name == b"content-length":
+            length = value if length is None else length
+        elif name == b"origin":
+            origin = value if origin is None else origin
+        if not padded and (value.startswith(_OWS) or value.endswith(_OWS)):
+            padded = True
+    return origin, length, authorization, padded
 
 
 def _allowed_request_headers(requested: str | None) -> bytes:
@@ -138,8 +157,7 @@ def _with_cors(send: Send, origin: str) -> Send:
     return send_with_cors
 
 
-def _declared_body_too_large(scope: Scope, limit: int) -> bool:
-    length = _header(scope, b"content-length")
+def _declared_body_too_large(length: bytes | None, limit: int) -> bool:
     return length is not None and length.strip().isdigit() and int(length) > limit
 
 
@@ -282,7 +300,8 @@ class McpEndpoint:
         self._cors_origins = cors_origins
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        origin = _header(scope, b"origin")
+        raw_origin, length, authorization, padded = _scan_headers(scope)
+        origin = raw_origin.decode("latin-1") if raw_origin is not None else None
         if origin is not None and origin in self._cors_origins:
             if scope.get("method") == "OPTIONS" and _header(scope, b"access-control-request-method"):
                 await _answer_preflight(scope, send, origin)
@@ -298,16 +317,17 @@ class McpEndpoint:
                 send, 405, INVALID_REQUEST, "Method not allowed: POST only", headers=((b"allow", b"POST"),)
             )
             return
-        if _declared_body_too_large(scope, self._body_limit):
+        if _declared_body_too_large(length, self._body_limit):
             await _send_jsonrpc_error(send, 413, INVALID_REQUEST, f"Request body exceeds {self._body_limit} bytes")
             return
         if self._reject_legacy and _is_legacy_lane(scope):
             await _refuse_legacy_client(scope, receive, send, self._body_limit)
             return
-        if not _has_bearer_credentials(scope):
+        if not _has_bearer_credentials(authorization):
             await _send_challenge(send, self._resource_metadata_url)
             return
-        scope["headers"] = [(name, value.strip(b" \t")) for name, value in scope["headers"]]
+        if padded:
+            scope["headers"] = [(name, value.strip(b" 	")) for name, value in scope["headers"]]
         try:
             await self._sdk_app(scope, receive, send)
         except ClientDisconnect:

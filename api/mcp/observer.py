@@ -1,8 +1,11 @@
-"""One observation per ``tools/call``: a log line, the metrics, and the principal on the trace span.
+"""One observation per ``tools/call``: the facts of its log line, the metrics, and the principal on the trace span.
 
 An SDK server middleware (it runs inside the SDK's own OpenTelemetry span), so it sees every tools/call
 whatever tool or client: the tool name, how it ended, how long it took, and whose call it was, as a
-keyed digest (:func:`api.logs.principal_digest`), never the subject. Outcomes:
+keyed digest (:func:`api.logs.principal_digest`), never the subject. Served over HTTP, these facts go
+into the request's one log line (:mod:`api.edge`, logger ``coatcheck.access``) with the JSON-RPC method of
+every request; outside an HTTP request (an in-memory client) the observer writes a ``coatcheck.tools`` line
+of its own. Outcomes:
 
 ``ok``                a complete result
 ``input_required``    the tool asked the client for input (a multi-round call's first round)
@@ -10,7 +13,7 @@ keyed digest (:func:`api.logs.principal_digest`), never the subject. Outcomes:
 ``protocol_error``    a JSON-RPC error (bad params, unknown tool, missing capability, bad requestState)
 ``exception``         anything else escaped (a bug; the SDK logs the traceback)
 
-Other methods pass straight through.
+Other methods pass straight through (their method name is noted for the request's log line).
 """
 
 import logging
@@ -24,6 +27,8 @@ from mcp.shared.exceptions import MCPError
 from opentelemetry import trace
 from pydantic import ValidationError
 
+from api.edge import CURRENT_REQUEST, RequestFacts
+from api.edge import logger as access_logger
 from api.logs import principal_digest
 from api.metrics import Metrics
 from store.principal import Principal
@@ -69,6 +74,9 @@ class ToolCallObserver:
         return principal_digest(self._digest_key, Principal(issuer=str(token.claims.get("iss")), subject=token.subject))
 
     async def __call__(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
+        facts = CURRENT_REQUEST.get()
+        if facts is not None:
+            facts.mcp_method = ctx.method
         if ctx.method != "tools/call":
             return await call_next(ctx)
         tool = await self._tool_label((ctx.params or {}).get("name"))
@@ -82,9 +90,11 @@ class ToolCallObserver:
             outcome = "protocol_error"
             raise
         finally:
-            self._observe(ctx, tool, outcome, time.perf_counter() - started)
+            self._observe(ctx, tool, outcome, time.perf_counter() - started, facts)
 
-    def _observe(self, ctx: ServerRequestContext[Any, Any], tool: str, outcome: str, seconds: float) -> None:
+    def _observe(
+        self, ctx: ServerRequestContext[Any, Any], tool: str, outcome: str, seconds: float, facts: RequestFacts | None
+    ) -> None:
         metrics = self._metrics
         if metrics is not None:
             params = ctx.params or {}
@@ -96,13 +106,20 @@ class ToolCallObserver:
                 metrics.record_round_completed(tool)
         span = trace.get_current_span()
         recording = span.is_recording()
-        logging_calls = logger.isEnabledFor(logging.INFO)
+        # Over HTTP the edge's one line carries the facts; only an in-memory call logs a line of its own.
+        if facts is not None:
+            facts.tool, facts.outcome = tool, outcome
+            logging_calls = access_logger.isEnabledFor(logging.INFO)
+        else:
+            logging_calls = logger.isEnabledFor(logging.INFO)
         if not (recording or logging_calls):
             return
         principal = self._principal()
         if principal is not None and recording:
             span.set_attribute(_PRINCIPAL_ATTRIBUTE, principal)
-        if logging_calls:
+        if facts is not None:
+            facts.principal = principal
+        elif logging_calls:
             duration_ms = round(seconds * 1000, 1)
             logger.info(
                 "tools/call %s %s in %.1f ms (principal %s)",

@@ -8,6 +8,7 @@ process writes (its logging set up by ``serve``, uvicorn's access log), so they 
 
 import base64
 import json
+import re
 import uuid
 from collections.abc import Iterator
 
@@ -178,6 +179,24 @@ async def test_a_host_outside_the_allow_list_is_refused(
     assert own.status_code == 200
 
 
+async def test_a_well_formed_request_id_is_kept_and_any_other_is_replaced_on_mcp_and_litestar_routes(
+    app_http: httpx2.AsyncClient, app: InProcessApp, token: str
+) -> None:
+    kept = f"lb-{uuid.uuid4().hex}"
+    for sent, mcp in ((kept, False), (kept, True), ("not ok\tid", False), ("x" * 129, True), (None, True)):
+        headers = {"X-Request-Id": sent} if sent is not None else {}
+        if mcp:
+            response = await post_async(app_http, app.mcp_url, "tools/list", token=token, extra_headers=headers)
+        else:
+            response = await app_http.get("/healthz", headers=headers)
+        assert response.status_code == 200
+        echoed = response.headers["x-request-id"]
+        if sent == kept:
+            assert echoed == kept
+        else:
+            assert re.fullmatch(r"[0-9a-f]{16}", echoed), echoed  # a fresh id instead
+
+
 async def test_health_and_readiness(app_http: httpx2.AsyncClient) -> None:
     assert (await app_http.get("/healthz")).json() == {"status": "ok"}
     assert (await app_http.get("/readyz")).json() == {"status": "ready", "catalog_search": "indexed"}
@@ -189,7 +208,7 @@ async def test_bearer_tokens_and_secrets_never_reach_the_server_log(
     good = await devidp.token("log-watcher", resource=server.mcp_url)
     expired = await devidp.token("log-watcher", resource=server.mcp_url, expires_in=-60)
     access_line = '"POST /mcp HTTP/1.1"'
-    before = server.log_text().count(access_line)
+    before = server.log_text_so_far().count(access_line)
     post(http, server.mcp_url, "tools/list", token=good)
     post(http, server.mcp_url, "tools/call", {"name": "cart_view", "arguments": {"cart_id": "nope"}}, token=good)
     post(http, server.mcp_url, "tools/list", token=expired)

@@ -12,12 +12,14 @@ import http.server
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import threading
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any, ClassVar
 
 import asyncpg  # type: ignore[import-untyped]
@@ -37,6 +39,7 @@ from tests.support.inprocess import settings_from
 from tests.support.leaks import assert_no_secrets
 from tests.support.mcp_client import connect
 from tests.support.mrtr import ScriptedUser, confirms
+from tests.support.processes import answers_ok, stop_process
 from tests.support.server import RunningServer, run_server
 from tests.support.waiting import free_port, wait_until
 from tests.support.wire import modern_request, post, response_message
@@ -117,8 +120,13 @@ def _spans(server: RunningServer) -> list[dict[str, Any]]:
     return [entry for entry in _json_objects(server.log_text()) if "context" in entry and "name" in entry]
 
 
+def _request_lines(server: RunningServer) -> list[dict[str, Any]]:
+    """The one line each HTTP request writes (``coatcheck.access``)."""
+    return [r for r in _log_records(server) if r["logger"] == "coatcheck.access"]
+
+
 def _tool_lines(server: RunningServer, principal: str | None = None) -> list[dict[str, Any]]:
-    lines = [r for r in _log_records(server) if r["logger"] == "coatcheck.tools"]
+    lines = [r for r in _request_lines(server) if r.get("mcp_method") == "tools/call"]
     return [r for r in lines if principal is None or r.get("principal") == principal]
 
 
@@ -138,7 +146,7 @@ def _assert_nothing_secret(text: str, *values: str) -> None:
 # --- logs ------------------------------------------------------------------------------------------------------
 
 
-async def test_each_tool_call_logs_one_json_line_with_its_request_id_tool_outcome_duration_and_principal_digest(
+async def test_each_tool_call_logs_one_json_line_with_its_request_id_tool_outcome_status_duration_and_principal_digest(
     observed: RunningServer, devidp: DevIdP, user: str, server_env: dict[str, str]
 ) -> None:
     token = await _token(devidp, observed, user)
@@ -149,22 +157,32 @@ async def test_each_tool_call_logs_one_json_line_with_its_request_id_tool_outcom
     assert not response_message(created)["result"].get("isError")
     assert response_message(failed)["result"]["isError"] is True
 
-    wait_until(lambda: len(_tool_lines(observed)) >= 2, timeout=5, what="the tool-call log lines")
-    by_request = {line["request_id"]: line for line in _tool_lines(observed)}
-    ok, error = by_request[created.headers["x-request-id"]], by_request[failed.headers["x-request-id"]]
-    assert (ok["tool"], ok["outcome"], ok["level"]) == ("cart_create", "ok", "INFO")
+    ids = {created.headers["x-request-id"], failed.headers["x-request-id"]}
+    wait_until(
+        lambda: ids <= {line["request_id"] for line in _request_lines(observed)}, timeout=5, what="the request lines"
+    )
+    # One line per call: the HTTP request's line carries the tool call's facts too; no access line or tool
+    # line besides it (a first call also logs the JWKS fetch, a failing tool the SDK's own INFO line).
+    [ok] = [line for line in _request_lines(observed) if line["request_id"] == created.headers["x-request-id"]]
+    [error] = [line for line in _request_lines(observed) if line["request_id"] == failed.headers["x-request-id"]]
+    others = {r["logger"] for r in _log_records(observed) if r["request_id"] in ids}
+    assert not others & {"uvicorn.access", "coatcheck.tools"}, others
+    assert (ok["logger"], ok["mcp_method"], ok["tool"], ok["outcome"], ok["level"]) == (
+        "coatcheck.access",
+        "tools/call",
+        "cart_create",
+        "ok",
+        "INFO",
+    )
     assert (error["tool"], error["outcome"]) == ("cart_view", "tool_error")
     for line in (ok, error):
+        assert (line["method"], line["path"], line["status"]) == ("POST", "/mcp", 200)
+        assert line["client"].startswith("127.0.0.1:")
         assert isinstance(line["duration_ms"], int | float)
         assert line["duration_ms"] >= 0
         assert re.fullmatch(r"[0-9a-f]{16}", line["principal"])
         assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", line["time"])
     assert ok["principal"] == error["principal"]  # one user, one digest
-
-    access = [r for r in _log_records(observed) if r["logger"] == "uvicorn.access"]
-    [access_line] = [r for r in access if r["request_id"] == created.headers["x-request-id"]]
-    assert (access_line["method"], access_line["path"], access_line["status"]) == ("POST", "/mcp", 200)
-    assert access_line["client"].startswith("127.0.0.1:")
 
     log = observed.log_text()
     _assert_nothing_secret(log, token, *_secrets(server_env))
@@ -178,7 +196,7 @@ async def test_every_logger_writes_in_the_one_json_format(observed: RunningServe
     text = observed.log_text()
     assert not _outside_json(text).strip(), _outside_json(text)[:2000]  # nothing but JSON records (and spans)
     loggers = {record["logger"] for record in _log_records(observed)}
-    assert {"uvicorn.error", "uvicorn.access", "coatcheck.tools"} <= loggers
+    assert {"uvicorn.error", "coatcheck.access"} <= loggers
     assert any(r["message"].startswith("Uvicorn running on") for r in _log_records(observed))
 
 
@@ -186,7 +204,8 @@ async def test_the_principal_digest_differs_between_users_and_is_keyed(
     observed: RunningServer, devidp: DevIdP, user: str, server_env: dict[str, str]
 ) -> None:
     other = f"{user}-other"
-    before = len(_tool_lines(observed))  # the module's server has logged other tests' calls already
+    observed.log_text_so_far()  # the module's server has logged other tests' calls already: all written
+    before = len(_tool_lines(observed))
     for username in (user, other):
         async with _client(devidp, observed, username) as connected:
             await connected.call_tool("cart_list", {})
@@ -221,6 +240,80 @@ async def test_log_level_warning_silences_info_from_every_logger(
     assert refused.status_code == 403
     assert re.search(r"\bWARNING\b.*sign-out refused", log), log[-3000:]
     assert not re.search(r"\bINFO\b", log), log[-3000:]
+
+
+LOGGED_REQUESTS = 400
+
+
+async def test_a_clean_sigterm_shutdown_writes_the_line_of_every_request_answered_even_to_a_stalled_reader(
+    server_env: dict[str, str], devidp: DevIdP, user: str
+) -> None:
+    # The server's log goes to a pipe nobody reads until after the SIGTERM: it fills (64 KiB), so the log
+    # writer is stuck behind it and its queue holds most of the lines when the shutdown begins. Requests are
+    # still answered meanwhile (the writing is off the event loop), and the shutdown must write them all.
+    port = free_port()
+    base_url = f"http://127.0.0.1:{port}"
+    process = await asyncio.to_thread(
+        subprocess.Popen,
+        [sys.executable, "-m", "api.cli", "serve", "--host", "127.0.0.1", "--port", str(port)],
+        env={**os.environ, **server_env, "PUBLIC_URL": base_url},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        wait_until(lambda: answers_ok(f"{base_url}/healthz", process), timeout=30, what="the server")
+        token = await _token(devidp, RunningServer(base_url, Path(os.devnull), process), user)
+        headers, body = modern_request("tools/call", {"name": "cart_list", "arguments": {}})
+        headers["Authorization"] = f"Bearer {token}"
+        answered: list[str] = []
+
+        async def one(http: httpx2.AsyncClient, number: int) -> None:
+            marker = {"X-Request-Id": f"shutdown-{uuid.uuid4().hex[:8]}-{number}"}
+            if number % 2:
+                response = await http.post(f"{base_url}/mcp", headers={**headers, **marker}, json=body)
+            else:
+                response = await http.get(f"{base_url}/healthz", headers=marker)
+            assert response.status_code == 200
+            answered.append(response.headers["x-request-id"])
+
+        limits = httpx2.Limits(max_connections=16)
+        async with httpx2.AsyncClient(timeout=30.0, limits=limits) as http:
+            await asyncio.gather(*(one(http, number) for number in range(LOGGED_REQUESTS)))
+        process.send_signal(signal.SIGTERM)
+        assert process.stdout is not None
+        log = (await asyncio.to_thread(process.stdout.read)).decode(errors="replace")
+        exit_code = await asyncio.to_thread(process.wait, 30)
+    finally:
+        stop_process(process)
+        if process.stdout is not None:
+            process.stdout.close()
+    assert exit_code == 0
+    logged = set(re.findall(r"INFO coatcheck\.access \[(shutdown-[0-9a-f]+-\d+)\]", log))
+    assert len(answered) == LOGGED_REQUESTS
+    assert set(answered) <= logged, f"{len(set(answered) - logged)} lines lost; log ends: {log[-300:]}"
+    assert log.rstrip().endswith(f"Finished server process [{process.pid}]"), log[-500:]
+
+
+QUEUED_LINES = 20_000
+
+
+def test_a_process_that_ends_normally_writes_every_queued_line_first() -> None:
+    # Logging 20 000 lines takes far less time than writing them: at exit most are still queued for the
+    # writer thread, which is a daemon thread (it would be dropped mid-queue without the flush at exit).
+    script = (
+        "import logging\n"
+        "from api.logs import configure_logging\n"
+        "configure_logging('INFO')\n"
+        f"for number in range({QUEUED_LINES}):\n"
+        "    logging.getLogger('queued').info('line %d', number)\n"
+        "logging.getLogger('queued').info('last line')\n"
+    )
+    finished = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, timeout=60, check=True, cwd=Path(__file__).parents[2]
+    )
+    lines = finished.stderr.decode().splitlines()
+    assert len(lines) == QUEUED_LINES + 1, lines[-3:]
+    assert lines[-1].endswith("INFO queued [-]: last line")
 
 
 # --- metrics ---------------------------------------------------------------------------------------------------

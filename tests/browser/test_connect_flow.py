@@ -414,7 +414,7 @@ async def test_no_token_or_code_appears_in_logs_tool_results_or_pages(
 
     secrets = {"access token": tokens.access_token, "refresh token": tokens.refresh_token, "code": code, "state": state}
     places = {
-        "server log": server.log_text(),
+        "server log": server.log_text_so_far(),
         "dev IdP log": devidp.log_text(),
         "tool results": json.dumps([r.model_dump(mode="json") for r in (result, listed, again)]),
         "connected page": landing.html,

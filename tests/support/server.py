@@ -5,9 +5,12 @@ import os
 import subprocess
 import sys
 import tempfile
+import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+import httpx2
 
 from tests.support.processes import answers_ok, stop_process
 from tests.support.waiting import free_port, wait_until
@@ -27,6 +30,16 @@ class RunningServer:
 
     def log_text(self) -> str:
         return self.log_path.read_text(errors="replace")
+
+    def log_text_so_far(self) -> str:
+        """The log once every line of the requests answered so far is written (a writer thread writes them).
+
+        Sends one more request and waits for its line: lines are written in the order they were logged.
+        """
+        marker = f"log-probe-{uuid.uuid4().hex}"
+        httpx2.get(f"{self.base_url}/healthz", headers={"X-Request-Id": marker}, timeout=10.0)
+        wait_until(lambda: marker in self.log_text(), timeout=10, what="the log probe's line")
+        return self.log_text()
 
 
 @contextlib.contextmanager

@@ -706,7 +706,9 @@ class Settings(RetentionSettings, VaultKeySettings):
     @classmethod
     def _upstream_words(cls, value: str, info: ValidationInfo) -> str:
         # RFC 6749 §3.3 scope tokens (and a JSON member name), printable ASCII without quote or backslash.
-        words = value.split(" ") if info.field_name == "upstream_scopes" and value else [value]
+        if info.field_name == "upstream_scopes" and not value:
+            return value  # no scope: GitHub then grants read access to public information, enough for /user
+        words = value.split(" ") if info.field_name == "upstream_scopes" else [value]
         for word in words:
             if not word or not all(0x21 <= ord(char) <= 0x7E and char not in '"\\' for char in word):
                 raise ValueError(f"{str(info.field_name).upper()} must be printable words separated by one space")

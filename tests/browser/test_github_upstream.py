@@ -15,7 +15,7 @@ from urllib.parse import parse_qs, urlsplit
 import httpx2
 import pytest
 from joserfc.jwk import KeySet
-from mcp import Client
+from mcp import Client, InputRequiredRoundsExceededError
 from mcp.client.auth import OAuthClientProvider
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.auth import AuthorizationCodeResult, OAuthClientMetadata
@@ -311,6 +311,29 @@ async def test_a_connect_link_in_this_mode_connects_the_demo_provider_as_the_sam
     assert result.structured_content["profile"]["sub"] == username  # the demo provider's own account
     # The browser was signed in once, at the GitHub-shaped upstream; /connect did not send it there again.
     assert not landing.visited_path("/login/oauth/authorize")
+
+
+async def test_a_connect_link_opened_by_another_github_shaped_user_is_refused_and_connects_nothing(
+    as_server: RunningServer, chromium: Browser, person: BrowserContext
+) -> None:
+    someone_else = await chromium.new_context()
+    try:
+        # The link reaches another person, who signs in at the same upstream as themselves.
+        opener = LinkOpener(BrowserUser(someone_else, _user(), login_field=GITHUB_LOGIN_FIELD))
+        # One round: the tool asks for the connection; it cannot complete, so the client then gives up.
+        rounds = {"elicitation_callback": opener, "input_required_max_rounds": 1}
+        async with _sdk_client(as_server, person, _user(), **rounds) as (client, _):
+            with pytest.raises(InputRequiredRoundsExceededError):
+                await client.call_tool("connection_whoami", {"provider": "demo"})
+        landing = await opener.landing()
+    finally:
+        await someone_else.close()
+
+    # Same issuer, another numeric id: /connect refuses before anything is done with the flow.
+    assert landing.status == 403
+    assert "This link belongs to someone else" in landing.text
+    assert landing.visited_path("/login/oauth/authorize")  # that person did sign in, at the GitHub-shaped upstream
+    assert 'coatcheck-session=""; HttpOnly; Max-Age=0' in landing.headers["set-cookie"]  # and is signed out again
 
 
 async def test_a_person_who_cancels_at_the_upstream_gets_a_page_saying_so_not_an_error(

@@ -412,7 +412,8 @@ class Settings(RetentionSettings, VaultKeySettings):
     auth_mode: Literal["resource-server", "authorization-server"] = Field(
         default="resource-server",
         description="resource-server: accept access tokens from OIDC_ISSUER; authorization-server: Coatcheck is "
-        "the MCP clients' OAuth authorization server and signs users in at OIDC_ISSUER.",
+        "the MCP clients' OAuth authorization server and signs users in upstream (OIDC_ISSUER, or the "
+        "UPSTREAM_* URLs with UPSTREAM_KIND=oauth2).",
     )
     as_signing_keys: SecretStr | None = Field(
         default=None,
@@ -790,14 +791,6 @@ class Settings(RetentionSettings, VaultKeySettings):
     def authorization_server_url(self) -> str:
         """The issuer MCP clients get their tokens from: Coatcheck itself in authorization-server mode."""
         return self.public_url if self.auth_mode == "authorization-server" else self.oidc_issuer
-
-    @property
-    def upstream_principal_issuer(self) -> str:
-        """The issuer half of the principals the browser sign-in produces: ``OIDC_ISSUER`` as written, or
-        ``UPSTREAM_ISSUER`` for a plain OAuth 2.0 upstream."""
-        if self.upstream_kind == "oauth2" and self.upstream_issuer is not None:
-            return self.upstream_issuer
-        return self.oidc_issuer
 
     @property
     def mcp_resource_url(self) -> str:

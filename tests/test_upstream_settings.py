@@ -52,7 +52,7 @@ def test_a_github_shaped_upstream_needs_no_oidc_issuer_and_names_its_principals_
     settings = Settings.from_env()
     assert settings.upstream_kind == "oauth2"
     assert settings.oidc_issuer == ""
-    assert settings.upstream_principal_issuer == "https://github.com"
+    assert settings.upstream_issuer == "https://github.com"
     assert settings.upstream_subject_claim == "id"
     assert settings.upstream_scopes == ""
 

@@ -130,12 +130,12 @@ def create_app(
         settings, db, http, record_refresh=metrics.record_refresh if metrics is not None else None
     )
     # Authorization-server mode: Coatcheck issues the MCP tokens itself (api/authserver); off by default.
+    # One browser sign-in for /connect and the consent pages: both name the user by the same (issuer, subject).
+    login = browser_login(settings, issuer, jwks, http)
     authorization_server = None
     if settings.auth_mode == "authorization-server":
         sessions = BrowserSessions(cookie_jar(settings), db)
-        authorization_server = build_authorization_server(
-            settings, db, login=browser_login(settings, issuer, jwks), sessions=sessions
-        )
+        authorization_server = build_authorization_server(settings, db, login=login, sessions=sessions)
     mcp_verifier: TokenVerifier = verifier if authorization_server is None else authorization_server.verifier
     mcp = build_mcp_server(settings, db, mcp_verifier, connections)
     mcp.middleware.append(
@@ -261,7 +261,7 @@ def create_app(
             oauth_protected_resource,
             healthz,
             readyz,
-            *build_browser_routes(settings, connections, issuer, jwks),
+            *build_browser_routes(settings, connections, login),
             *(authorization_server.route_handlers if authorization_server is not None else []),
             *observability,
         ],

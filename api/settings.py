@@ -227,7 +227,11 @@ class Settings(RetentionSettings, VaultKeySettings):
     """Everything the server needs; construct with :meth:`from_env` to get readable start-up errors."""
 
     public_url: str = Field(description="Externally visible base URL; the MCP resource is <PUBLIC_URL>/mcp.")
-    oidc_issuer: str = Field(description="Authorization server that issues MCP access tokens.")
+    oidc_issuer: str = Field(
+        default="",
+        description="Authorization server that issues MCP access tokens (resource-server mode), or the OpenID "
+        "provider users sign in at (authorization-server mode). Required unless UPSTREAM_KIND=oauth2.",
+    )
     request_state_keys: SecretStr = Field(description="Comma-separated secrets (>= 32 bytes); first seals.")
     oidc_client_id: str = Field(
         min_length=1, description="Coatcheck's own OAuth client at OIDC_ISSUER, for the browser login at /connect."
@@ -420,7 +424,8 @@ class Settings(RetentionSettings, VaultKeySettings):
     auth_mode: Literal["resource-server", "authorization-server"] = Field(
         default="resource-server",
         description="resource-server: accept access tokens from OIDC_ISSUER; authorization-server: Coatcheck is "
-        "the MCP clients' OAuth authorization server and signs users in at OIDC_ISSUER.",
+        "the MCP clients' OAuth authorization server and signs users in upstream (OIDC_ISSUER, or the "
+        "UPSTREAM_* URLs with UPSTREAM_KIND=oauth2).",
     )
     as_signing_keys: SecretStr | None = Field(
         default=None,
@@ -447,6 +452,35 @@ class Settings(RetentionSettings, VaultKeySettings):
     as_cimd_allow_loopback: bool = Field(
         default=False,
         description="DEVELOPMENT ONLY: also fetch client metadata documents from http URLs on loopback addresses.",
+    )
+    # The upstream sign-in of authorization-server mode: an OpenID provider (OIDC_ISSUER) or a plain OAuth 2.0
+    # provider with a user-info endpoint (GitHub-shaped, api/oauth/userinfo_login.py).
+    upstream_kind: Literal["oidc", "oauth2"] = Field(
+        default="oidc",
+        description="oidc: users sign in at the OpenID provider OIDC_ISSUER; oauth2 (authorization-server mode "
+        "only): at a plain OAuth 2.0 provider, the subject read from UPSTREAM_USERINFO_URL.",
+    )
+    upstream_issuer: str | None = Field(
+        default=None,
+        description="UPSTREAM_KIND=oauth2: the issuer name of its principals (e.g. https://github.com); never fetched.",
+    )
+    upstream_authorization_url: str | None = Field(
+        default=None, description="UPSTREAM_KIND=oauth2: its authorization endpoint."
+    )
+    upstream_token_url: str | None = Field(default=None, description="UPSTREAM_KIND=oauth2: its token endpoint.")
+    upstream_userinfo_url: str | None = Field(
+        default=None, description="UPSTREAM_KIND=oauth2: GET with the access token answers the user as JSON."
+    )
+    upstream_subject_claim: str = Field(
+        default="id",
+        min_length=1,
+        max_length=64,
+        description="UPSTREAM_KIND=oauth2: the user-info member that is the subject.",
+    )
+    upstream_scopes: str = Field(
+        default="",
+        max_length=512,
+        description="UPSTREAM_KIND=oauth2: the scope to ask for (space-separated; may be empty).",
     )
 
     @field_validator(
@@ -520,6 +554,8 @@ class Settings(RetentionSettings, VaultKeySettings):
     @field_validator("oidc_issuer")
     @classmethod
     def _issuer(cls, value: str) -> str:
+        if value == "":
+            return value  # absent: allowed only with UPSTREAM_KIND=oauth2 (_upstream)
         # Issuers compare as exact strings (RFC 8414 §3.3, OIDC Discovery §4.3): keep exactly what the operator
         # wrote, a trailing slash included (Auth0's issuer has one, Keycloak's and Entra's do not).
         _normalise_base_url("OIDC_ISSUER", value)
@@ -645,6 +681,80 @@ class Settings(RetentionSettings, VaultKeySettings):
         for key in self.signing_key_ring:
             if key in self.state_key_ring or key in self.token_key_ring:
                 raise ValueError("AS_SIGNING_KEYS shares a key with another ring; each ring needs keys of its own")
+        return self
+
+    @field_validator("upstream_kind", mode="before")
+    @classmethod
+    def _lowercase_upstream_kind(cls, value: object) -> object:
+        return value.strip().lower() if isinstance(value, str) else value
+
+    @field_validator("upstream_authorization_url", "upstream_token_url", "upstream_userinfo_url")
+    @classmethod
+    def _upstream_url(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if not value:
+            return None
+        parts = urlsplit(value)
+        if (
+            parts.scheme not in {"http", "https"}
+            or not parts.hostname
+            or parts.fragment
+            or parts.username is not None
+            or value != value.strip()
+        ):
+            name = str(info.field_name).upper()
+            raise ValueError(f"{name} must be an absolute http(s) URL without user info or a fragment")
+        return value
+
+    @field_validator("upstream_issuer")
+    @classmethod
+    def _upstream_issuer(cls, value: str | None) -> str | None:
+        if not value:
+            return None
+        if value != value.strip() or any(char.isspace() for char in value):
+            raise ValueError("UPSTREAM_ISSUER must not contain whitespace")
+        _normalise_base_url("UPSTREAM_ISSUER", value)
+        return value
+
+    @field_validator("upstream_subject_claim", "upstream_scopes")
+    @classmethod
+    def _upstream_words(cls, value: str, info: ValidationInfo) -> str:
+        # RFC 6749 §3.3 scope tokens (and a JSON member name), printable ASCII without quote or backslash.
+        if info.field_name == "upstream_scopes" and not value:
+            return value  # no scope: GitHub then grants read access to public information, enough for /user
+        words = value.split(" ") if info.field_name == "upstream_scopes" else [value]
+        for word in words:
+            if not word or not all(0x21 <= ord(char) <= 0x7E and char not in '"\\' for char in word):
+                raise ValueError(f"{str(info.field_name).upper()} must be printable words separated by one space")
+        return value
+
+    @model_validator(mode="after")
+    def _upstream(self) -> Self:
+        oauth2_only = {
+            "UPSTREAM_ISSUER": self.upstream_issuer,
+            "UPSTREAM_AUTHORIZATION_URL": self.upstream_authorization_url,
+            "UPSTREAM_TOKEN_URL": self.upstream_token_url,
+            "UPSTREAM_USERINFO_URL": self.upstream_userinfo_url,
+        }
+        if self.upstream_kind == "oidc":
+            if not self.oidc_issuer:
+                raise ValueError("OIDC_ISSUER is not set")
+            named = sorted(name for name, value in oauth2_only.items() if value is not None)
+            if named:
+                raise ValueError(f"{', '.join(named)} set but UPSTREAM_KIND is oidc: they are for UPSTREAM_KIND=oauth2")
+            return self
+        if self.auth_mode != "authorization-server":
+            raise ValueError(
+                "UPSTREAM_KIND=oauth2 needs AUTH_MODE=authorization-server: in resource-server mode the MCP "
+                "clients' tokens come from OIDC_ISSUER, and a plain OAuth 2.0 provider issues none for Coatcheck"
+            )
+        missing = sorted(name for name, value in oauth2_only.items() if value is None)
+        if missing:
+            raise ValueError(f"UPSTREAM_KIND=oauth2 needs {', '.join(missing)}")
+        if self.oidc_issuer:
+            raise ValueError(
+                "OIDC_ISSUER is set but UPSTREAM_KIND=oauth2 signs users in at the UPSTREAM_* URLs: unset it "
+                "(UPSTREAM_ISSUER names the principals' issuer)"
+            )
         return self
 
     @model_validator(mode="after")

@@ -32,7 +32,7 @@ from api.authserver.provider import CONSENT_PATH, PendingAuthorization, Postgres
 from api.oauth import pages
 from api.oauth.browser_sessions import BrowserSessions
 from api.oauth.client import new_code_verifier, new_secret
-from api.oauth.login import LoginFailed, OidcLogin, web_origin
+from api.oauth.login import BrowserLogin, LoginFailed, web_origin
 from api.oauth.session import SESSION, LoginInProgress
 from store import authserver as store
 from store.audit import AuditRepository
@@ -73,7 +73,7 @@ def _problem(title: str, reason: str, status: int = 400) -> Response[str]:
 def consent_routes(
     provider: PostgresProvider,
     database: Database,
-    login: OidcLogin,
+    login: BrowserLogin,
     sessions: BrowserSessions,
     *,
     public_url: str,

@@ -34,7 +34,7 @@ from api.authserver.retention import purge_periodically
 from api.authserver.revocation import RevokedGrants
 from api.authserver.verifier import AuthorizationServerTokenVerifier
 from api.oauth.browser_sessions import BrowserSessions
-from api.oauth.login import OidcLogin
+from api.oauth.login import BrowserLogin
 from api.settings import Settings
 from store.db import Database
 
@@ -201,7 +201,7 @@ def resource_is(resource: str) -> Callable[[list[tuple[str, str]]], tuple[bytes 
 
 
 def build_authorization_server(
-    settings: Settings, database: Database, *, login: OidcLogin, sessions: BrowserSessions
+    settings: Settings, database: Database, *, login: BrowserLogin, sessions: BrowserSessions
 ) -> AuthorizationServer:
     """The provider, its routes, the consent pages and the MCP verifier for authorization-server mode."""
     issuer = settings.public_url

@@ -18,7 +18,7 @@ because the ID token is not kept after sign-in (the session cookie holds the iss
 
 import logging
 import re
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from api.jose import IssuerMetadata, IssuerUnavailable, JwksCache, JwtRejected, verify_id_token
@@ -34,6 +34,34 @@ _PLAIN_HOST = re.compile(r"[A-Za-z0-9.-]+")
 
 class LoginFailed(Exception):  # noqa: N818 - a verdict
     """The login could not be completed; the message is a short reason for the log, never a secret."""
+
+
+class BrowserLogin(Protocol):
+    """What the browser routes (``/connect``, consent, sign-out) need from the upstream sign-in: an OpenID
+    provider (:class:`OidcLogin`) or, in authorization-server mode, a plain OAuth 2.0 provider with a
+    user-info endpoint (:class:`api.oauth.userinfo_login.UserinfoLogin`)."""
+
+    @property
+    def issuer(self) -> str:
+        """The issuer half of every principal this sign-in produces."""
+        ...
+
+    @property
+    def redirect_uri(self) -> str:
+        """``<PUBLIC_URL>/oauth/login/callback``, exactly as registered at the provider."""
+        ...
+
+    async def authorization_url(self, *, state: str, nonce: str, code_verifier: str) -> str:
+        """Where to send a browser that has no session yet."""
+        ...
+
+    async def complete(self, *, code: str, code_verifier: str, nonce: str) -> Principal:
+        """Redeem the code and return who signed in (raises :class:`LoginFailed`)."""
+        ...
+
+    async def end_session_url(self, *, post_logout_redirect_uri: str) -> str | None:
+        """Where to end the provider's session too, or ``None``."""
+        ...
 
 
 class OidcLogin:

@@ -175,15 +175,15 @@ def failed(provider_label: str) -> Response[str]:
     )
 
 
-def login_failed() -> Response[str]:
-    return page(
-        "Sign-in did not complete",
-        [
-            "Coatcheck could not confirm who you are, so nothing was connected.",
-            "Open the link from your assistant again to retry.",
-        ],
-        status=400,
+def login_failed(*, cancelled: bool = False) -> Response[str]:
+    """The end of a sign-in that did not say who the user is; ``cancelled`` when the user said no upstream."""
+    first = (
+        "You cancelled the sign-in at the identity provider, so Coatcheck does not know who you are and nothing "
+        "was connected or authorised."
+        if cancelled
+        else "Coatcheck could not confirm who you are, so nothing was connected."
     )
+    return page("Sign-in did not complete", [first, "Open the link from your assistant again to retry."], status=400)
 
 
 def signout_form(subject: str, action: str, token: str, *, issuer: str, issuer_signout: str | None) -> Response[str]:

@@ -36,7 +36,7 @@ from litestar.params import PathParameter, QueryParameter
 from api.oauth import pages
 from api.oauth.browser_sessions import BrowserSessions
 from api.oauth.client import OAuthFailure, new_code_verifier, new_secret, provider_error_code
-from api.oauth.login import LoginFailed, OidcLogin
+from api.oauth.login import BrowserLogin, LoginFailed
 from api.oauth.providers import ProviderUnavailable
 from api.oauth.service import Connections
 from api.oauth.session import LOGIN, SESSION, LoginInProgress
@@ -59,7 +59,7 @@ def _clearing(response: Response[str], cookie: Cookie) -> Response[str]:
     return response
 
 
-def browser_routes(connections: Connections, login: OidcLogin, sessions: BrowserSessions) -> list[HTTPRouteHandler]:
+def browser_routes(connections: Connections, login: BrowserLogin, sessions: BrowserSessions) -> list[HTTPRouteHandler]:
     """The three browser routes, closed over the instance's services (no globals)."""
     registry = connections.registry
     jar = sessions.jar
@@ -119,7 +119,7 @@ def browser_routes(connections: Connections, login: OidcLogin, sessions: Browser
         if error or not code or (iss is not None and iss != login.issuer):
             reason = provider_error_code(error) if error else "no code or bad iss"
             logger.info("browser sign-in did not complete: %s", reason)
-            return _clearing(pages.login_failed(), jar.clear(LOGIN))
+            return _clearing(pages.login_failed(cancelled=reason == "access_denied"), jar.clear(LOGIN))
         try:
             person = await login.complete(code=code, code_verifier=pending.code_verifier, nonce=pending.nonce)
         except LoginFailed as exc:

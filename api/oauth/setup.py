@@ -10,12 +10,13 @@ from litestar.handlers import HTTPRouteHandler
 from api.jose import IssuerMetadata, JwksCache
 from api.oauth.browser_sessions import BrowserSessions
 from api.oauth.client import ClientCredentials, OAuthClient
-from api.oauth.login import OidcLogin
+from api.oauth.login import BrowserLogin, OidcLogin
 from api.oauth.providers import ProviderRegistry
 from api.oauth.routes import LOGIN_CALLBACK_PATH, browser_routes
 from api.oauth.service import Connections
 from api.oauth.session import CookieJar
 from api.oauth.signout import signout_routes
+from api.oauth.userinfo_login import UserinfoLogin
 from api.settings import Settings
 from store.crypto import TokenCipher
 from store.db import Database
@@ -53,8 +54,13 @@ def build_connections(
     )
 
 
-def browser_login(settings: Settings, issuer: IssuerMetadata, jwks: JwksCache) -> OidcLogin:
-    """Coatcheck's OpenID Connect client at ``OIDC_ISSUER`` for the browser sign-in."""
+def browser_login(
+    settings: Settings, issuer: IssuerMetadata, jwks: JwksCache, http: httpx2.AsyncClient
+) -> BrowserLogin:
+    """The browser sign-in: Coatcheck's OpenID Connect client at ``OIDC_ISSUER``, or with
+    ``UPSTREAM_KIND=oauth2`` its OAuth 2.0 client at the ``UPSTREAM_*`` URLs (subject from user-info)."""
+    if settings.upstream_kind == "oauth2":
+        return userinfo_login(settings, http)
     return OidcLogin(
         issuer=issuer,
         client_id=settings.oidc_client_id,
@@ -69,6 +75,35 @@ def browser_login(settings: Settings, issuer: IssuerMetadata, jwks: JwksCache) -
     )
 
 
+def userinfo_login(settings: Settings, http: httpx2.AsyncClient) -> UserinfoLogin:
+    """The plain OAuth 2.0 sign-in (``UPSTREAM_KIND=oauth2``); the settings checked that every URL is set."""
+    if (
+        settings.upstream_issuer is None
+        or settings.upstream_authorization_url is None
+        or settings.upstream_token_url is None
+        or settings.upstream_userinfo_url is None
+    ):
+        raise ValueError("UPSTREAM_KIND=oauth2 without its URLs: settings were built without validation")
+    return UserinfoLogin(
+        issuer=settings.upstream_issuer,
+        authorization_url=settings.upstream_authorization_url,
+        token_url=settings.upstream_token_url,
+        userinfo_url=settings.upstream_userinfo_url,
+        subject_claim=settings.upstream_subject_claim,
+        scope=settings.upstream_scopes,
+        client=OAuthClient(
+            ClientCredentials(
+                client_id=settings.oidc_client_id,
+                client_secret=settings.oidc_client_secret.get_secret_value(),
+                # GitHub documents the secret in the form body; HTTP Basic is not among its documented ways.
+                auth_method="client_secret_post",
+            )
+        ),
+        http=http,
+        redirect_uri=f"{settings.public_url}{LOGIN_CALLBACK_PATH}",
+    )
+
+
 def cookie_jar(settings: Settings) -> CookieJar:
     """The sealed browser cookies (session, sign-in in progress)."""
     return CookieJar(
@@ -80,10 +115,8 @@ def cookie_jar(settings: Settings) -> CookieJar:
     )
 
 
-def build_browser_routes(
-    settings: Settings, connections: Connections, issuer: IssuerMetadata, jwks: JwksCache
-) -> list[HTTPRouteHandler]:
-    """``/connect/{flow}``, the two OAuth callbacks and ``/connect/signout``, with the OIDC login and cookie jar."""
-    login = browser_login(settings, issuer, jwks)
+def build_browser_routes(settings: Settings, connections: Connections, login: BrowserLogin) -> list[HTTPRouteHandler]:
+    """``/connect/{flow}``, the two OAuth callbacks and ``/connect/signout``, with the browser login (the one
+    the consent pages use too, so both compare the same (issuer, subject)) and the cookie jar."""
     sessions = BrowserSessions(cookie_jar(settings), connections.database)
     return [*browser_routes(connections, login, sessions), *signout_routes(sessions, login, settings.public_url)]

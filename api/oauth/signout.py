@@ -26,7 +26,7 @@ from litestar.handlers import HTTPRouteHandler
 
 from api.oauth import pages
 from api.oauth.browser_sessions import BrowserSessions
-from api.oauth.login import OidcLogin, web_origin
+from api.oauth.login import BrowserLogin, web_origin
 from api.oauth.session import LOGIN, SESSION
 
 logger = logging.getLogger(__name__)
@@ -34,7 +34,7 @@ logger = logging.getLogger(__name__)
 SIGNOUT_PATH = "/connect/signout"
 
 
-def signout_routes(sessions: BrowserSessions, login: OidcLogin, public_url: str) -> list[HTTPRouteHandler]:
+def signout_routes(sessions: BrowserSessions, login: BrowserLogin, public_url: str) -> list[HTTPRouteHandler]:
     """The sign-out page and its form target."""
     jar = sessions.jar
     own_origin = web_origin(public_url)  # as a browser's Origin header spells it (host in lower case)

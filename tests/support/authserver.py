@@ -33,11 +33,18 @@ class Authorization:
 
 
 async def authorize_in_browser(
-    context: BrowserContext, url: str, *, username: str, redirect_uri: str, decision: str = "allow"
+    context: BrowserContext,
+    url: str,
+    *,
+    username: str,
+    redirect_uri: str,
+    decision: str = "allow",
+    login_field: str = LOGIN_FIELD,
 ) -> Authorization:
     """Open ``url`` as a person would: sign in upstream if asked, answer the consent page with ``decision``,
     and return where the browser was finally sent (the client's ``redirect_uri``; nothing listens there, so
-    the browser's request to it is read off the page's request events and the navigation then fails)."""
+    the browser's request to it is read off the page's request events and the navigation then fails).
+    ``login_field`` is the upstream login page's username field (the dev IdP's by default)."""
     page: Page = await context.new_page()
     caught: asyncio.Future[str] = asyncio.get_running_loop().create_future()
 
@@ -53,8 +60,8 @@ async def authorize_in_browser(
     except PlaywrightError:
         if not caught.done():  # only the last hop, to the client's redirect URI, may fail
             raise
-    if not caught.done() and await page.locator(LOGIN_FIELD).count():
-        await page.fill(LOGIN_FIELD, username)
+    if not caught.done() and await page.locator(login_field).count():
+        await page.fill(login_field, username)
         async with page.expect_navigation() as navigation:
             await page.click("button[type=submit]")
         response = await navigation.value

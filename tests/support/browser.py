@@ -52,11 +52,13 @@ class Landing:
 
 
 class BrowserUser:
-    """Opens links like a person would, and signs in at the dev IdP's login page as ``username`` when asked."""
+    """Opens links like a person would, and signs in at the dev IdP's login page as ``username`` when asked
+    (or at another login page whose username field is ``login_field``)."""
 
-    def __init__(self, context: BrowserContext, username: str) -> None:
+    def __init__(self, context: BrowserContext, username: str, *, login_field: str = LOGIN_FIELD) -> None:
         self.context = context
         self.username = username
+        self.login_field = login_field
         self.sign_ins = 0
 
     async def open(self, url: str) -> Landing:
@@ -64,9 +66,9 @@ class BrowserUser:
         visited: list[str] = []
         page.on("request", lambda request: visited.append(request.url) if request.is_navigation_request() else None)
         response = await page.goto(url)
-        if await page.locator(LOGIN_FIELD).count():
+        if await page.locator(self.login_field).count():
             self.sign_ins += 1
-            await page.fill(LOGIN_FIELD, self.username)
+            await page.fill(self.login_field, self.username)
             async with page.expect_navigation() as navigation:
                 await page.click("button[type=submit]")
             response = await navigation.value

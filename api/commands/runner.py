@@ -7,6 +7,7 @@ password, instead of a traceback); the database is disposed of however the work 
 """
 
 import asyncio
+import logging
 import os
 import socket
 import sys
@@ -58,6 +59,11 @@ def run_with_database(
         finally:
             await database.dispose()
 
+    # The store logs each outage as a WARNING line for a server's log; an operator gets the command's own
+    # sentence instead (below, or the command's), not both on the terminal.
+    outages = logging.getLogger("store.db")
+    level = outages.level
+    outages.setLevel(logging.ERROR)
     try:
         return asyncio.run(run())
     except Exception as exc:
@@ -67,6 +73,8 @@ def run_with_database(
         message = f"coatcheck: cannot use the database at {_where(settings.database_url)}: {reason}"
         print(_without_password(message, settings.database_url), file=sys.stderr)
         raise SystemExit(2) from None
+    finally:
+        outages.setLevel(level)
 
 
 def _connection_errors() -> tuple[type[BaseException], ...]:

@@ -217,7 +217,10 @@ def build_authorization_server(
         keys, issuer=issuer, resource=settings.mcp_resource_url, revoked=revoked, leeway=settings.jwt_leeway_seconds
     )
     cimd = CimdFetcher(
-        database, timeout=settings.as_cimd_timeout_seconds, allow_loopback=settings.as_cimd_allow_loopback
+        database,
+        timeout=settings.as_cimd_timeout_seconds,
+        allow_loopback=settings.as_cimd_allow_loopback,
+        enabled=settings.as_cimd_enabled,
     )
     provider = PostgresProvider(
         database=database,
@@ -267,7 +270,7 @@ def build_authorization_server(
         token_endpoint_auth_methods_supported=["none", "client_secret_basic", "client_secret_post"],
         revocation_endpoint_auth_methods_supported=["none", "client_secret_basic", "client_secret_post"],
         authorization_response_iss_parameter_supported=True,
-        client_id_metadata_document_supported=True,
+        client_id_metadata_document_supported=settings.as_cimd_enabled,
         scopes_supported=SCOPES,
     )
     for key in ("authorization_endpoint", "token_endpoint", "registration_endpoint", "revocation_endpoint"):

@@ -194,3 +194,30 @@ async def test_a_revocation_while_the_listener_connection_is_killed_is_still_see
         assert await listening.is_revoked(grant)  # the reloaded set has it
     finally:
         await listening.stop()
+
+
+async def test_with_metadata_documents_turned_off_the_metadata_says_so_and_a_document_client_id_is_refused(
+    server_env: dict[str, str],
+) -> None:
+    # Where Coatcheck cannot reach a client's https host, advertising documents only makes such clients
+    # (Claude Code among them) name one Coatcheck then fails to fetch; turned off, they register instead.
+    env = {**authorization_server_env(server_env), "AS_CIMD_ENABLED": "false"}
+    async with started_app(settings_from(env)) as app, app.http(timeout=10) as http:
+        metadata = (await http.get("/.well-known/oauth-authorization-server")).json()
+        refused = await http.get(
+            "/authorize",
+            params={
+                "response_type": "code",
+                "client_id": "https://client.example/oauth/metadata.json",
+                "redirect_uri": "http://localhost:4321/callback",
+                "code_challenge": "c" * 43,
+                "code_challenge_method": "S256",
+            },
+        )
+        registered = await http.post("/register", json={"redirect_uris": ["http://localhost:4321/callback"]})
+    assert metadata["client_id_metadata_document_supported"] is False
+    assert metadata["registration_endpoint"].endswith("/register")
+    assert refused.status_code == 400
+    assert refused.json()["error"] == "invalid_request"
+    assert "does not accept client metadata documents (AS_CIMD_ENABLED=false)" in refused.json()["error_description"]
+    assert registered.status_code == 201

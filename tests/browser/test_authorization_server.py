@@ -25,7 +25,7 @@ from sqlalchemy import select
 from store.db import Database
 from store.models import AsGrant, AuditEvent, Cart, table_of
 from tests.support import figures
-from tests.support.authserver import Authorization, authorization_server_env, authorize_in_browser
+from tests.support.authserver import Authorization, authorize_in_browser, dev_idp_upstream_env
 from tests.support.browser import BrowserUser, LinkOpener
 from tests.support.cimd_server import serve_documents
 from tests.support.devidp import (
@@ -33,7 +33,6 @@ from tests.support.devidp import (
     LOGIN_CLIENT_ID,
     DevIdP,
     devidp_clients,
-    server_environment,
     start_devidp,
 )
 from tests.support.jose import verify_jwt
@@ -66,16 +65,11 @@ def upstream(as_public_url: str, upstream_secrets: dict[str, str]) -> Iterator[D
 
 @pytest.fixture(scope="module")
 def as_env(database_url: str, upstream: DevIdP, upstream_secrets: dict[str, str], as_public_url: str) -> dict[str, str]:
-    base = server_environment(
-        database_url=database_url,
-        public_url=as_public_url,
-        idp=upstream,
-        client_secrets=upstream_secrets,
-        request_state_keys=",".join(secrets.token_urlsafe(32) for _ in range(2)),
-        token_encryption_keys=",".join(secrets.token_urlsafe(32) for _ in range(2)),
+    base = dev_idp_upstream_env(
+        database_url=database_url, public_url=as_public_url, upstream=upstream, upstream_secrets=upstream_secrets
     )
     # Development setting: the test's client metadata documents are served from loopback.
-    return {**authorization_server_env(base), "AS_CIMD_ALLOW_LOOPBACK": "true"}
+    return {**base, "AS_CIMD_ALLOW_LOOPBACK": "true"}
 
 
 @pytest.fixture(scope="module")

@@ -33,7 +33,7 @@ import httpx2
 from mcp.shared.auth import OAuthClientInformationFull
 from pydantic import ValidationError
 
-from api.authserver.clients import DEFAULT_SCOPE, MAX_URI_LENGTH, metadata_problem
+from api.authserver.clients import MAX_URI_LENGTH, REQUESTABLE_SCOPES, metadata_problem
 from store import authserver as store
 from store.db import Database
 
@@ -199,7 +199,7 @@ class CimdFetcher:
                 {
                     **document,
                     "token_endpoint_auth_method": "none",
-                    "scope": DEFAULT_SCOPE,
+                    "scope": " ".join(REQUESTABLE_SCOPES),
                     "grant_types": ["authorization_code", "refresh_token"],
                     "response_types": ["code"],
                 }

@@ -14,6 +14,13 @@ from mcp.shared.auth import OAuthClientInformationFull
 from pydantic import ValidationError
 
 DEFAULT_SCOPE = "mcp"
+# Scopes a client may register and ask for besides ``mcp``: OpenID-minded clients ask for ``openid`` and
+# ``offline_access`` out of habit. They mean nothing here (Coatcheck issues no ID token, and every grant gets
+# a refresh token anyway), so they are accepted and ignored: what is granted is ``mcp`` alone, which the
+# token response's ``scope`` says (RFC 6749 §3.3 lets a server grant less than was asked, saying so).
+IGNORED_SCOPES = ("openid", "offline_access")
+REQUESTABLE_SCOPES = (DEFAULT_SCOPE, *IGNORED_SCOPES)
+
 MAX_REDIRECT_URIS = 10
 MAX_URI_LENGTH = 512
 MAX_NAME_LENGTH = 100

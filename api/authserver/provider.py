@@ -181,7 +181,9 @@ class PostgresProvider:
             raise AuthorizeError("invalid_request", f"state is longer than {MAX_STATE_LENGTH} characters")
         if not 43 <= len(params.code_challenge) <= 128:
             raise AuthorizeError("invalid_request", "code_challenge must be an S256 challenge (43 to 128 characters)")
-        scopes = params.scopes or (client.scope or DEFAULT_SCOPE).split()
+        # The SDK checked the asked-for scopes against the client's registration; whichever they were (mcp, or
+        # the ignored openid/offline_access of clients.IGNORED_SCOPES), the grant is mcp, Coatcheck's one scope.
+        scopes = [DEFAULT_SCOPE]
         pending = {
             "c": client.client_id,
             "r": str(params.redirect_uri),

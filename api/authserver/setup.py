@@ -26,7 +26,7 @@ from starlette.routing import Router
 
 from api.auth import canonical_resource
 from api.authserver.cimd import CimdFetcher, CimdRefused, is_metadata_url
-from api.authserver.clients import DEFAULT_SCOPE, parse_static_clients
+from api.authserver.clients import DEFAULT_SCOPE, REQUESTABLE_SCOPES, parse_static_clients
 from api.authserver.consent import consent_routes
 from api.authserver.keys import SigningKeys
 from api.authserver.provider import PostgresProvider
@@ -236,7 +236,7 @@ def build_authorization_server(
         cimd=cimd,
     )
     registration = ClientRegistrationOptions(
-        enabled=settings.as_registrations_per_minute > 0, valid_scopes=SCOPES, default_scopes=SCOPES
+        enabled=settings.as_registrations_per_minute > 0, valid_scopes=list(REQUESTABLE_SCOPES), default_scopes=SCOPES
     )
     revocation = RevocationOptions(enabled=True)
     issuer_url = AnyHttpUrl(issuer)

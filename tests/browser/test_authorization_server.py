@@ -275,6 +275,40 @@ async def test_an_sdk_client_signs_in_through_discovery_registration_upstream_si
     assert "code" in _query(again.redirected_to)
 
 
+async def test_a_client_asking_for_openid_and_offline_access_is_granted_mcp_with_a_refresh_token_and_told_so(
+    as_server: RunningServer, person: BrowserContext
+) -> None:
+    # OpenID-minded clients register and ask for these out of habit; Coatcheck accepts them and grants its
+    # one scope, saying so in the token response (RFC 6749 §3.3), and every grant has a refresh token.
+    redirect_uri = f"http://localhost:{free_port()}/callback"
+    client = await _register(as_server, redirect_uri, scope="openid offline_access")
+    pkce = Pkce.new()
+    url = _authorize_url(
+        as_server, client["client_id"], redirect_uri, pkce, scope="openid offline_access", prompt="consent"
+    )
+    seen = await authorize_in_browser(person, url, username=_user(), redirect_uri=redirect_uri)
+    assert seen.consent_text is not None
+    assert "mcp" in seen.consent_text
+    tokens = await _redeem(as_server, client["client_id"], _query(seen.redirected_to)["code"], redirect_uri, pkce)
+    assert tokens.status_code == 200, tokens.text
+    assert tokens.json()["scope"] == "mcp"
+    assert tokens.json()["refresh_token"]
+    async with httpx2.AsyncClient(timeout=10) as http:
+        jwks = (await http.get(f"{as_server.base_url}/.well-known/jwks.json")).raise_for_status().json()
+    claims = verify_jwt(
+        tokens.json()["access_token"],
+        KeySet.import_key_set(jwks),
+        issuer=as_server.base_url,
+        audience=as_server.mcp_url,
+    ).claims
+    assert claims["scope"] == "mcp"
+    assert claims["client_id"] == client["client_id"]
+    assert isinstance(claims["iat"], int)
+    refreshed = await _refresh(as_server, client["client_id"], tokens.json()["refresh_token"])
+    assert refreshed.status_code == 200, refreshed.text
+    assert refreshed.json()["scope"] == "mcp"
+
+
 async def test_two_concurrent_redemptions_of_one_code_give_exactly_one_token_set(
     as_server: RunningServer, person: BrowserContext
 ) -> None:

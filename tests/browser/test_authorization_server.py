@@ -309,6 +309,25 @@ async def test_a_client_asking_for_openid_and_offline_access_is_granted_mcp_with
     assert refreshed.json()["scope"] == "mcp"
 
 
+async def test_a_native_client_registered_at_one_loopback_port_signs_in_from_another_and_redeems_its_code(
+    as_server: RunningServer, person: BrowserContext
+) -> None:
+    # RFC 8252 §7.3: a loopback redirect URI matches at any port; the code is then bound to the URI used.
+    client = await _register(as_server, f"http://localhost:{free_port()}/callback")
+    redirect_uri = f"http://localhost:{free_port()}/callback"
+    pkce = Pkce.new()
+    url = _authorize_url(as_server, client["client_id"], redirect_uri, pkce)
+    seen = await authorize_in_browser(person, url, username=_user(), redirect_uri=redirect_uri)
+    code = _query(seen.redirected_to)["code"]
+    registered_uri = client["redirect_uris"][0]
+    elsewhere = await _redeem(as_server, client["client_id"], code, registered_uri, pkce)
+    assert elsewhere.status_code == 400
+    assert elsewhere.json()["error"] == "invalid_request"
+    tokens = await _redeem(as_server, client["client_id"], code, redirect_uri, pkce)
+    assert tokens.status_code == 200, tokens.text
+    assert await _mcp_status(as_server.base_url, tokens.json()["access_token"]) == 200
+
+
 async def test_two_concurrent_redemptions_of_one_code_give_exactly_one_token_set(
     as_server: RunningServer, person: BrowserContext
 ) -> None:

@@ -446,6 +446,11 @@ class Settings(RetentionSettings, VaultKeySettings):
     as_registrations_per_minute: int = Field(
         default=20, ge=0, le=10000, description="Dynamic client registrations accepted per minute (0: none)."
     )
+    as_cimd_enabled: bool = Field(
+        default=True,
+        description="Accept and advertise client metadata documents (CIMD); false where Coatcheck cannot reach "
+        "the clients' https hosts, so clients register dynamically instead.",
+    )
     as_cimd_timeout_seconds: float = Field(
         default=5.0, gt=0, le=30, description="How long fetching a client metadata document (CIMD) may take."
     )

@@ -13,9 +13,11 @@ The guards, each refusal naming its reason (:class:`CimdRefused`):
 * the document must be a JSON object whose ``client_id`` equals the URL exactly, with acceptable redirect
   URIs (:func:`api.authserver.clients.metadata_problem`) and no client secret (``none`` authentication).
 
-``AS_CIMD_ALLOW_LOOPBACK`` (development only) also admits ``http`` on loopback addresses, for a document
-served from the developer's machine. Documents are cached as HTTP caching allows: ``no-store`` is not kept,
-``max-age`` is honoured up to a day, otherwise five minutes.
+``AS_CIMD_ENABLED=false`` turns documents off (and the metadata stops advertising them), for a server that
+cannot reach the clients' hosts: clients such as Claude Code then register dynamically instead of naming a
+document Coatcheck would fail to fetch. ``AS_CIMD_ALLOW_LOOPBACK`` (development only) also admits ``http``
+on loopback addresses, for a document served from the developer's machine. Documents are cached as HTTP
+caching allows: ``no-store`` is not kept, ``max-age`` is honoured up to a day, otherwise five minutes.
 """
 
 import asyncio
@@ -31,7 +33,7 @@ import httpx2
 from mcp.shared.auth import OAuthClientInformationFull
 from pydantic import ValidationError
 
-from api.authserver.clients import DEFAULT_SCOPE, MAX_URI_LENGTH, metadata_problem
+from api.authserver.clients import MAX_URI_LENGTH, REQUESTABLE_SCOPES, metadata_problem
 from store import authserver as store
 from store.db import Database
 
@@ -71,8 +73,9 @@ def _public(address: str, *, allow_loopback: bool) -> bool:
 class CimdFetcher:
     """Fetches, checks and caches client metadata documents (see the module docstring)."""
 
-    def __init__(self, database: Database, *, timeout: float, allow_loopback: bool) -> None:
+    def __init__(self, database: Database, *, timeout: float, allow_loopback: bool, enabled: bool = True) -> None:
         self._database = database
+        self.enabled = enabled
         self._timeout = timeout
         self._allow_loopback = allow_loopback
         self._http = httpx2.AsyncClient(
@@ -91,6 +94,12 @@ class CimdFetcher:
         Raises:
             CimdRefused: saying which guard refused the URL or its document.
         """
+        if not self.enabled:
+            # Refused before the cache too: a document cached while CIMD was on is not a client now.
+            raise CimdRefused(
+                "this server does not accept client metadata documents (AS_CIMD_ENABLED=false); "
+                "register the client dynamically or have the operator pre-register it"
+            )
         async with self._database.one_statement() as conn:
             cached = await store.load_client(conn, client_id)
         if (
@@ -190,7 +199,7 @@ class CimdFetcher:
                 {
                     **document,
                     "token_endpoint_auth_method": "none",
-                    "scope": DEFAULT_SCOPE,
+                    "scope": " ".join(REQUESTABLE_SCOPES),
                     "grant_types": ["authorization_code", "refresh_token"],
                     "response_types": ["code"],
                 }

@@ -11,13 +11,59 @@ from collections.abc import Mapping
 from urllib.parse import urlsplit
 
 from mcp.shared.auth import OAuthClientInformationFull
-from pydantic import ValidationError
+from pydantic import AnyUrl, ValidationError
 
 DEFAULT_SCOPE = "mcp"
+# Scopes a client may register and ask for besides ``mcp``: OpenID-minded clients ask for ``openid`` and
+# ``offline_access`` out of habit. They mean nothing here (Coatcheck issues no ID token, and every grant gets
+# a refresh token anyway), so they are accepted and ignored: what is granted is ``mcp`` alone, which the
+# token response's ``scope`` says (RFC 6749 §3.3 lets a server grant less than was asked, saying so).
+IGNORED_SCOPES = ("openid", "offline_access")
+REQUESTABLE_SCOPES = (DEFAULT_SCOPE, *IGNORED_SCOPES)
+
 MAX_REDIRECT_URIS = 10
 MAX_URI_LENGTH = 512
 MAX_NAME_LENGTH = 100
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "[::1]", "::1", "localhost"})
+
+
+def same_but_for_a_loopback_port(requested: str, registered: str) -> bool:
+    """Whether ``requested`` is the loopback redirect URI ``registered`` at another port (or none).
+
+    RFC 8252 §7.3: a native client listens on a port the OS gives it at the time of the request, so the
+    server "MUST allow any port to be specified" for loopback redirect URIs. Scheme (``http``), host (the
+    same loopback name or address), path and query must still be exactly the registered ones.
+    """
+    asked, known = urlsplit(requested), urlsplit(registered)
+    return (
+        asked.scheme == known.scheme == "http"
+        and asked.hostname is not None
+        and asked.hostname in LOOPBACK_HOSTS
+        and asked.hostname == known.hostname
+        and asked.username is None
+        and asked.path == known.path
+        and asked.query == known.query
+        and not asked.fragment
+    )
+
+
+class Client(OAuthClientInformationFull):
+    """A client as Coatcheck's authorization server knows it: the SDK's model, except that a loopback
+    redirect URI matches at any port (:func:`same_but_for_a_loopback_port`); every other redirect URI is
+    compared exactly, as the SDK does."""
+
+    @classmethod
+    def of(cls, client: OAuthClientInformationFull) -> "Client":
+        """``client`` (registered, pre-registered or from a metadata document) as a :class:`Client`."""
+        return client if isinstance(client, Client) else cls.model_validate(client.model_dump())
+
+    def validate_redirect_uri(self, redirect_uri: AnyUrl | None) -> AnyUrl:
+        """The redirect URI to send the browser to, or the SDK's ``InvalidRedirectUriError``."""
+        if redirect_uri is not None and any(
+            same_but_for_a_loopback_port(str(redirect_uri), str(known)) for known in self.redirect_uris or []
+        ):
+            return redirect_uri
+        return super().validate_redirect_uri(redirect_uri)
 
 
 def redirect_uri_problem(uri: str) -> str | None:

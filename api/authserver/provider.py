@@ -32,7 +32,7 @@ from mcp.shared.auth import OAuthClientInformationFull, OAuthToken
 
 from api.auth import canonical_resource
 from api.authserver.cimd import CimdFetcher, CimdRefused, is_metadata_url
-from api.authserver.clients import DEFAULT_SCOPE, metadata_problem
+from api.authserver.clients import DEFAULT_SCOPE, Client, metadata_problem
 from api.authserver.keys import SigningKeys
 from api.authserver.verifier import GRANT_CLAIM, UPSTREAM_ISSUER_CLAIM, AuthorizationServerTokenVerifier
 from store import authserver as store
@@ -118,7 +118,12 @@ class PostgresProvider:
             return f"described by its metadata document at {urlsplit(client.client_id).netloc}"
         return "registered dynamically, unverified"
 
-    async def get_client(self, client_id: str) -> OAuthClientInformationFull | None:
+    async def get_client(self, client_id: str) -> Client | None:
+        """The client ``client_id`` names, loopback redirect URIs matching at any port (RFC 8252 §7.3)."""
+        client = await self._find_client(client_id)
+        return None if client is None else Client.of(client)
+
+    async def _find_client(self, client_id: str) -> OAuthClientInformationFull | None:
         static = self._static.get(client_id)
         if static is not None:
             return static
@@ -181,7 +186,9 @@ class PostgresProvider:
             raise AuthorizeError("invalid_request", f"state is longer than {MAX_STATE_LENGTH} characters")
         if not 43 <= len(params.code_challenge) <= 128:
             raise AuthorizeError("invalid_request", "code_challenge must be an S256 challenge (43 to 128 characters)")
-        scopes = params.scopes or (client.scope or DEFAULT_SCOPE).split()
+        # The SDK checked the asked-for scopes against the client's registration; whichever they were (mcp, or
+        # the ignored openid/offline_access of clients.IGNORED_SCOPES), the grant is mcp, Coatcheck's one scope.
+        scopes = [DEFAULT_SCOPE]
         pending = {
             "c": client.client_id,
             "r": str(params.redirect_uri),

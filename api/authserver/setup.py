@@ -26,7 +26,7 @@ from starlette.routing import Router
 
 from api.auth import canonical_resource
 from api.authserver.cimd import CimdFetcher, CimdRefused, is_metadata_url
-from api.authserver.clients import DEFAULT_SCOPE, parse_static_clients
+from api.authserver.clients import DEFAULT_SCOPE, REQUESTABLE_SCOPES, parse_static_clients
 from api.authserver.consent import consent_routes
 from api.authserver.keys import SigningKeys
 from api.authserver.provider import PostgresProvider
@@ -217,7 +217,10 @@ def build_authorization_server(
         keys, issuer=issuer, resource=settings.mcp_resource_url, revoked=revoked, leeway=settings.jwt_leeway_seconds
     )
     cimd = CimdFetcher(
-        database, timeout=settings.as_cimd_timeout_seconds, allow_loopback=settings.as_cimd_allow_loopback
+        database,
+        timeout=settings.as_cimd_timeout_seconds,
+        allow_loopback=settings.as_cimd_allow_loopback,
+        enabled=settings.as_cimd_enabled,
     )
     provider = PostgresProvider(
         database=database,
@@ -233,7 +236,7 @@ def build_authorization_server(
         cimd=cimd,
     )
     registration = ClientRegistrationOptions(
-        enabled=settings.as_registrations_per_minute > 0, valid_scopes=SCOPES, default_scopes=SCOPES
+        enabled=settings.as_registrations_per_minute > 0, valid_scopes=list(REQUESTABLE_SCOPES), default_scopes=SCOPES
     )
     revocation = RevocationOptions(enabled=True)
     issuer_url = AnyHttpUrl(issuer)
@@ -267,7 +270,7 @@ def build_authorization_server(
         token_endpoint_auth_methods_supported=["none", "client_secret_basic", "client_secret_post"],
         revocation_endpoint_auth_methods_supported=["none", "client_secret_basic", "client_secret_post"],
         authorization_response_iss_parameter_supported=True,
-        client_id_metadata_document_supported=True,
+        client_id_metadata_document_supported=settings.as_cimd_enabled,
         scopes_supported=SCOPES,
     )
     for key in ("authorization_endpoint", "token_endpoint", "registration_endpoint", "revocation_endpoint"):

@@ -194,3 +194,83 @@ async def test_a_revocation_while_the_listener_connection_is_killed_is_still_see
         assert await listening.is_revoked(grant)  # the reloaded set has it
     finally:
         await listening.stop()
+
+
+async def test_with_metadata_documents_turned_off_the_metadata_says_so_and_a_document_client_id_is_refused(
+    server_env: dict[str, str],
+) -> None:
+    # Where Coatcheck cannot reach a client's https host, advertising documents only makes such clients
+    # (Claude Code among them) name one Coatcheck then fails to fetch; turned off, they register instead.
+    env = {**authorization_server_env(server_env), "AS_CIMD_ENABLED": "false"}
+    async with started_app(settings_from(env)) as app, app.http(timeout=10) as http:
+        metadata = (await http.get("/.well-known/oauth-authorization-server")).json()
+        refused = await http.get(
+            "/authorize",
+            params={
+                "response_type": "code",
+                "client_id": "https://client.example/oauth/metadata.json",
+                "redirect_uri": "http://localhost:4321/callback",
+                "code_challenge": "c" * 43,
+                "code_challenge_method": "S256",
+            },
+        )
+        registered = await http.post("/register", json={"redirect_uris": ["http://localhost:4321/callback"]})
+    assert metadata["client_id_metadata_document_supported"] is False
+    assert metadata["registration_endpoint"].endswith("/register")
+    assert refused.status_code == 400
+    assert refused.json()["error"] == "invalid_request"
+    assert "does not accept client metadata documents (AS_CIMD_ENABLED=false)" in refused.json()["error_description"]
+    assert registered.status_code == 201
+
+
+async def test_a_loopback_redirect_uri_matches_at_any_port_and_every_other_part_must_match_exactly(
+    server_env: dict[str, str],
+) -> None:
+    # RFC 8252 §7.3: a native client (Claude Code: http://localhost:<a free port>/callback) learns its port
+    # only when it starts listening, so a loopback redirect URI must match at any port.
+    env = authorization_server_env(server_env)
+    async with started_app(settings_from(env)) as app, app.http(timeout=10) as http:
+        registered = await http.post(
+            "/register",
+            json={"redirect_uris": ["http://localhost:4321/callback", "https://app.example/cb"]},
+        )
+        assert registered.status_code == 201, registered.text
+        client_id = registered.json()["client_id"]
+
+        async def authorize(redirect_uri: str) -> httpx2.Response:
+            return await http.get(
+                "/authorize",
+                params={
+                    "response_type": "code",
+                    "client_id": client_id,
+                    "redirect_uri": redirect_uri,
+                    "code_challenge": "c" * 43,
+                    "code_challenge_method": "S256",
+                    "state": "s",
+                },
+            )
+
+        answers = {
+            uri: await authorize(uri)
+            for uri in (
+                "http://localhost:4321/callback",
+                "http://localhost:53757/callback",
+                "http://127.0.0.1:53757/callback",
+                "http://localhost:53757/other",
+                "http://localhost:53757/callback?x=1",
+                "https://app.example:8443/cb",
+            )
+        }
+    consent = f"{app.base_url}/oauth/consent?"
+    for uri in ("http://localhost:4321/callback", "http://localhost:53757/callback"):
+        assert answers[uri].status_code == 302, (uri, answers[uri].text)
+        assert answers[uri].headers["location"].startswith(consent), uri
+    for uri in (
+        "http://127.0.0.1:53757/callback",
+        "http://localhost:53757/other",
+        "http://localhost:53757/callback?x=1",
+        "https://app.example:8443/cb",
+    ):
+        assert answers[uri].status_code == 400, (uri, answers[uri].text)
+        assert answers[uri].json()["error"] == "invalid_request", uri
+        assert "not registered for client" in answers[uri].json()["error_description"], uri

@@ -116,3 +116,19 @@ async def test_a_good_document_is_cached_as_its_max_age_allows_and_no_store_is_n
         assert await store.load_client(conn, documents.url(uncached)) is None
     assert row is not None
     assert row.kind == "cimd"
+
+
+async def test_turned_off_even_a_good_cached_document_is_refused_and_nothing_is_fetched(
+    dev_fetcher: CimdFetcher, documents: DocumentServer, database: Database
+) -> None:
+    path = f"/off-{uuid.uuid4().hex[:6]}.json"
+    documents.documents[path] = GOOD
+    documents.cache_control[path] = "public, max-age=600"
+    await dev_fetcher.client(documents.url(path))  # cached while documents were accepted
+    off = CimdFetcher(database, timeout=1.0, allow_loopback=True, enabled=False)
+    try:
+        with pytest.raises(CimdRefused, match=r"does not accept client metadata documents \(AS_CIMD_ENABLED=false\)"):
+            await off.client(documents.url(path))
+    finally:
+        await off.aclose()
+    assert documents.hits[path] == 1

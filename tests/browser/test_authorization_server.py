@@ -25,7 +25,7 @@ from sqlalchemy import select
 from store.db import Database
 from store.models import AsGrant, AuditEvent, Cart, table_of
 from tests.support import figures
-from tests.support.authserver import Authorization, authorization_server_env, authorize_in_browser
+from tests.support.authserver import Authorization, authorize_in_browser, dev_idp_upstream_env
 from tests.support.browser import BrowserUser, LinkOpener
 from tests.support.cimd_server import serve_documents
 from tests.support.devidp import (
@@ -33,7 +33,6 @@ from tests.support.devidp import (
     LOGIN_CLIENT_ID,
     DevIdP,
     devidp_clients,
-    server_environment,
     start_devidp,
 )
 from tests.support.jose import verify_jwt
@@ -66,16 +65,11 @@ def upstream(as_public_url: str, upstream_secrets: dict[str, str]) -> Iterator[D
 
 @pytest.fixture(scope="module")
 def as_env(database_url: str, upstream: DevIdP, upstream_secrets: dict[str, str], as_public_url: str) -> dict[str, str]:
-    base = server_environment(
-        database_url=database_url,
-        public_url=as_public_url,
-        idp=upstream,
-        client_secrets=upstream_secrets,
-        request_state_keys=",".join(secrets.token_urlsafe(32) for _ in range(2)),
-        token_encryption_keys=",".join(secrets.token_urlsafe(32) for _ in range(2)),
+    base = dev_idp_upstream_env(
+        database_url=database_url, public_url=as_public_url, upstream=upstream, upstream_secrets=upstream_secrets
     )
     # Development setting: the test's client metadata documents are served from loopback.
-    return {**authorization_server_env(base), "AS_CIMD_ALLOW_LOOPBACK": "true"}
+    return {**base, "AS_CIMD_ALLOW_LOOPBACK": "true"}
 
 
 @pytest.fixture(scope="module")
@@ -279,6 +273,59 @@ async def test_an_sdk_client_signs_in_through_discovery_registration_upstream_si
     )
     assert again.consent_text is None
     assert "code" in _query(again.redirected_to)
+
+
+async def test_a_client_asking_for_openid_and_offline_access_is_granted_mcp_with_a_refresh_token_and_told_so(
+    as_server: RunningServer, person: BrowserContext
+) -> None:
+    # OpenID-minded clients register and ask for these out of habit; Coatcheck accepts them and grants its
+    # one scope, saying so in the token response (RFC 6749 §3.3), and every grant has a refresh token.
+    redirect_uri = f"http://localhost:{free_port()}/callback"
+    client = await _register(as_server, redirect_uri, scope="openid offline_access")
+    pkce = Pkce.new()
+    url = _authorize_url(
+        as_server, client["client_id"], redirect_uri, pkce, scope="openid offline_access", prompt="consent"
+    )
+    seen = await authorize_in_browser(person, url, username=_user(), redirect_uri=redirect_uri)
+    assert seen.consent_text is not None
+    assert "mcp" in seen.consent_text
+    tokens = await _redeem(as_server, client["client_id"], _query(seen.redirected_to)["code"], redirect_uri, pkce)
+    assert tokens.status_code == 200, tokens.text
+    assert tokens.json()["scope"] == "mcp"
+    assert tokens.json()["refresh_token"]
+    async with httpx2.AsyncClient(timeout=10) as http:
+        jwks = (await http.get(f"{as_server.base_url}/.well-known/jwks.json")).raise_for_status().json()
+    claims = verify_jwt(
+        tokens.json()["access_token"],
+        KeySet.import_key_set(jwks),
+        issuer=as_server.base_url,
+        audience=as_server.mcp_url,
+    ).claims
+    assert claims["scope"] == "mcp"
+    assert claims["client_id"] == client["client_id"]
+    assert isinstance(claims["iat"], int)
+    refreshed = await _refresh(as_server, client["client_id"], tokens.json()["refresh_token"])
+    assert refreshed.status_code == 200, refreshed.text
+    assert refreshed.json()["scope"] == "mcp"
+
+
+async def test_a_native_client_registered_at_one_loopback_port_signs_in_from_another_and_redeems_its_code(
+    as_server: RunningServer, person: BrowserContext
+) -> None:
+    # RFC 8252 §7.3: a loopback redirect URI matches at any port; the code is then bound to the URI used.
+    client = await _register(as_server, f"http://localhost:{free_port()}/callback")
+    redirect_uri = f"http://localhost:{free_port()}/callback"
+    pkce = Pkce.new()
+    url = _authorize_url(as_server, client["client_id"], redirect_uri, pkce)
+    seen = await authorize_in_browser(person, url, username=_user(), redirect_uri=redirect_uri)
+    code = _query(seen.redirected_to)["code"]
+    registered_uri = client["redirect_uris"][0]
+    elsewhere = await _redeem(as_server, client["client_id"], code, registered_uri, pkce)
+    assert elsewhere.status_code == 400
+    assert elsewhere.json()["error"] == "invalid_request"
+    tokens = await _redeem(as_server, client["client_id"], code, redirect_uri, pkce)
+    assert tokens.status_code == 200, tokens.text
+    assert await _mcp_status(as_server.base_url, tokens.json()["access_token"]) == 200
 
 
 async def test_two_concurrent_redemptions_of_one_code_give_exactly_one_token_set(

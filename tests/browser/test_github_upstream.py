@@ -24,14 +24,13 @@ from sqlalchemy import select
 
 from store.db import Database
 from store.models import Cart, table_of
-from tests.support.authserver import Authorization, authorization_server_env, authorize_in_browser
+from tests.support.authserver import GITHUB_ISSUER, Authorization, authorize_in_browser, github_upstream_env
 from tests.support.browser import BrowserUser, LinkOpener
 from tests.support.devidp import (
     DEMO_CLIENT_ID,
     LOGIN_CLIENT_ID,
     DevIdP,
     devidp_clients,
-    server_environment,
     start_devidp,
 )
 from tests.support.github_like import CANCEL_LINK, GITHUB_LOGIN_FIELD, GithubLike, serve_github_like
@@ -40,7 +39,6 @@ from tests.support.oauth import MemoryTokenStorage, Pkce
 from tests.support.server import RunningServer, run_server
 from tests.support.waiting import free_port
 
-GITHUB_ISSUER = "https://github.com"
 _carts = table_of(Cart)
 
 
@@ -72,26 +70,14 @@ def demo_idp(as_public_url: str, demo_secrets: dict[str, str]) -> Iterator[DevId
 def github_env(
     database_url: str, demo_idp: DevIdP, demo_secrets: dict[str, str], github: GithubLike, as_public_url: str
 ) -> dict[str, str]:
-    base = server_environment(
+    base = github_upstream_env(
         database_url=database_url,
         public_url=as_public_url,
-        idp=demo_idp,
-        client_secrets=demo_secrets,
-        request_state_keys=",".join(secrets.token_urlsafe(32) for _ in range(2)),
-        token_encryption_keys=",".join(secrets.token_urlsafe(32) for _ in range(2)),
+        github=github,
+        demo_idp=demo_idp,
+        demo_secrets=demo_secrets,
     )
-    del base["OIDC_ISSUER"]  # the sign-in is GitHub-shaped: no OpenID issuer at all
-    return {
-        **authorization_server_env(base),
-        "UPSTREAM_KIND": "oauth2",
-        "UPSTREAM_ISSUER": GITHUB_ISSUER,
-        "UPSTREAM_AUTHORIZATION_URL": github.authorization_url,
-        "UPSTREAM_TOKEN_URL": github.token_url,
-        "UPSTREAM_USERINFO_URL": github.userinfo_url,
-        "OIDC_CLIENT_ID": github.client_id,
-        "OIDC_CLIENT_SECRET": github.client_secret,
-        "LOG_LEVEL": "DEBUG",  # the most the server ever writes: no token may be in it
-    }
+    return {**base, "LOG_LEVEL": "DEBUG"}  # the most the server ever writes: no token may be in it
 
 
 @pytest.fixture(scope="module")

@@ -1,5 +1,5 @@
 """Driving Coatcheck in authorization-server mode: a person's browser through sign-in and consent, and the
-settings of such a server."""
+settings of such a server (with the dev IdP as its OpenID upstream, or a GitHub-shaped OAuth 2.0 one)."""
 
 import asyncio
 import secrets
@@ -9,9 +9,13 @@ from playwright.async_api import BrowserContext, Page, Request
 from playwright.async_api import Error as PlaywrightError
 
 from tests.support.browser import LOGIN_FIELD
+from tests.support.devidp import DevIdP, server_environment
+from tests.support.github_like import GithubLike
 
 ALLOW = "button[name=decision][value=allow]"
 DENY = "button[name=decision][value=deny]"
+# The upstream issuer a GitHub-shaped sign-in is configured with (UPSTREAM_ISSUER): GitHub's own site.
+GITHUB_ISSUER = "https://github.com"
 
 
 def authorization_server_env(base: dict[str, str]) -> dict[str, str]:
@@ -20,6 +24,47 @@ def authorization_server_env(base: dict[str, str]) -> dict[str, str]:
         **base,
         "AUTH_MODE": "authorization-server",
         "AS_SIGNING_KEYS": ",".join(secrets.token_urlsafe(32) for _ in range(2)),
+    }
+
+
+def _base_environment(database_url: str, public_url: str, idp: DevIdP, idp_secrets: dict[str, str]) -> dict[str, str]:
+    return server_environment(
+        database_url=database_url,
+        public_url=public_url,
+        idp=idp,
+        client_secrets=idp_secrets,
+        request_state_keys=",".join(secrets.token_urlsafe(32) for _ in range(2)),
+        token_encryption_keys=",".join(secrets.token_urlsafe(32) for _ in range(2)),
+    )
+
+
+def dev_idp_upstream_env(
+    *, database_url: str, public_url: str, upstream: DevIdP, upstream_secrets: dict[str, str]
+) -> dict[str, str]:
+    """Authorization-server mode at ``public_url`` signing people in at ``upstream`` (the dev IdP, found by
+    OpenID discovery), which is also the "demo" provider /connect links connect. ``upstream`` needs
+    ``devidp_clients(public_url, upstream_secrets)``."""
+    return authorization_server_env(_base_environment(database_url, public_url, upstream, upstream_secrets))
+
+
+def github_upstream_env(
+    *, database_url: str, public_url: str, github: GithubLike, demo_idp: DevIdP, demo_secrets: dict[str, str]
+) -> dict[str, str]:
+    """Authorization-server mode at ``public_url`` signing people in at the GitHub-shaped ``github``
+    (``UPSTREAM_KIND=oauth2``: no OpenID issuer at all, the subject is ``GET /user``'s numeric id), with
+    ``demo_idp`` only as the "demo" provider /connect links connect. ``github`` must be serving
+    ``<public_url>/oauth/login/callback``."""
+    base = _base_environment(database_url, public_url, demo_idp, demo_secrets)
+    del base["OIDC_ISSUER"]
+    return {
+        **authorization_server_env(base),
+        "UPSTREAM_KIND": "oauth2",
+        "UPSTREAM_ISSUER": GITHUB_ISSUER,
+        "UPSTREAM_AUTHORIZATION_URL": github.authorization_url,
+        "UPSTREAM_TOKEN_URL": github.token_url,
+        "UPSTREAM_USERINFO_URL": github.userinfo_url,
+        "OIDC_CLIENT_ID": github.client_id,
+        "OIDC_CLIENT_SECRET": github.client_secret,
     }
 
 

@@ -18,7 +18,9 @@ from store.carts import CartRepository
 from store.db import Database
 from store.errors import NotFound
 from store.principal import Principal
+from tests.support.authserver import ALLOW
 from tests.support.browser import LOGIN_FIELD
+from tests.support.github_like import GITHUB_LOGIN_FIELD
 from tests.support.jose import verify_jwt
 
 # What a site's ``sign_in`` does: on a page that has just been sent to the authorization server, sign in as
@@ -54,6 +56,21 @@ async def sign_in_at_the_dev_idp(page: Page, username: str) -> None:
     """The dev IdP's login form: any username, no password; it grants consent itself."""
     await page.locator(LOGIN_FIELD).fill(username)
     await page.locator("form[action*='/interaction/'] button[type=submit]").click()
+
+
+async def sign_in_at_the_dev_idp_and_allow(page: Page, username: str) -> None:
+    """Authorization-server mode with the dev IdP upstream: Coatcheck sends the browser to the dev IdP's login
+    form, then back to its own consent page, where the person allows the client."""
+    await sign_in_at_the_dev_idp(page, username)
+    await page.locator(ALLOW).click()
+
+
+async def sign_in_at_github_like_and_allow(page: Page, username: str) -> None:
+    """Authorization-server mode with the GitHub-shaped upstream: its login form (a username, as GitHub's is
+    named ``login``), then Coatcheck's consent page."""
+    await page.locator(GITHUB_LOGIN_FIELD).fill(username)
+    await page.locator("form[action='/session'] button[type=submit]").click()
+    await page.locator(ALLOW).click()
 
 
 async def cart_owners(database: Database, cart_id: str, *candidates: Principal) -> list[Principal]:

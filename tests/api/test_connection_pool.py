@@ -20,7 +20,7 @@ import pytest
 from mcp import Client
 from sqlalchemy.engine import make_url
 
-from tests.support.devidp import DevIdP
+from tests.support.auth_mode import McpTokens
 from tests.support.mcp_client import call_ok, connect
 from tests.support.mrtr import another_instance
 from tests.support.scratch import scratch_database
@@ -97,11 +97,11 @@ async def observer(admin_database_url: str, own_database_url: str) -> AsyncItera
         await conn.close()
 
 
-async def _clients(server: RunningServer, devidp: DevIdP, public_url: str, count: int) -> list[tuple[str, str]]:
+async def _clients(server: RunningServer, mcp_token: McpTokens, public_url: str, count: int) -> list[tuple[str, str]]:
     """``count`` users, each with a token and a cart of their own."""
 
     async def user(n: int) -> tuple[str, str]:
-        token = await devidp.token(f"load-{n}-{uuid.uuid4().hex[:6]}", resource=f"{public_url}/mcp")
+        token = await mcp_token(f"load-{n}-{uuid.uuid4().hex[:6]}", resource=f"{public_url}/mcp")
         async with connect(server.mcp_url, token) as client:
             return token, (await call_ok(client, "cart_create"))["cart_id"]
 
@@ -131,9 +131,9 @@ async def _load(clients: list[tuple[Client, str]], calls_each: int) -> int:
 
 @pytest.mark.parametrize("concurrent_clients", [16, 64])
 async def test_steady_load_opens_no_database_connections_after_warm_up(
-    pooled_server: RunningServer, devidp: DevIdP, public_url: str, observer: Observer, concurrent_clients: int
+    pooled_server: RunningServer, mcp_token: McpTokens, public_url: str, observer: Observer, concurrent_clients: int
 ) -> None:
-    users = await _clients(pooled_server, devidp, public_url, concurrent_clients)
+    users = await _clients(pooled_server, mcp_token, public_url, concurrent_clients)
     async with _open(pooled_server, users) as clients:
         await _load(clients, calls_each=2)  # warm-up: more clients than connections fills the pool
         before = await observer.read()
@@ -174,10 +174,10 @@ def _server_side_open(port: int, client_ports: set[int]) -> int:
 
 
 async def test_clients_that_disconnect_mid_call_cost_the_pool_no_connection(
-    pooled_server: RunningServer, devidp: DevIdP, public_url: str, observer: Observer, own_database_url: str
+    pooled_server: RunningServer, mcp_token: McpTokens, public_url: str, observer: Observer, own_database_url: str
 ) -> None:
-    [(token, cart_id)] = await _clients(pooled_server, devidp, public_url, 1)
-    users = await _clients(pooled_server, devidp, public_url, 8)
+    [(token, cart_id)] = await _clients(pooled_server, mcp_token, public_url, 1)
+    users = await _clients(pooled_server, mcp_token, public_url, 8)
     async with _open(pooled_server, users) as clients:
         await _load(clients, calls_each=2)
 

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 import httpx2
 import pytest
 
+from tests.support.auth_mode import McpTokens
 from tests.support.devidp import DevIdP
 from tests.support.inprocess import InProcessApp
 from tests.support.leaks import assert_no_secrets
@@ -30,8 +31,8 @@ def http() -> Iterator[httpx2.Client]:
 
 
 @pytest.fixture
-async def token(devidp: DevIdP, app: InProcessApp) -> str:
-    return await devidp.token("wire-user", resource=app.mcp_url)
+async def token(mcp_token: McpTokens, app: InProcessApp) -> str:
+    return await mcp_token("wire-user", resource=app.mcp_url, transport=app.transport())
 
 
 def _expected_challenge(base_url: str) -> str:
@@ -86,7 +87,7 @@ async def test_the_resource_metadata_lists_the_issuer_as_authorization_server(
     ["garbage", "expired", "other_audience", "not_yet_valid", "tampered_signature", "unsigned"],
 )
 async def test_a_bad_token_gets_401(
-    app_http: httpx2.AsyncClient, app: InProcessApp, devidp: DevIdP, variant: str
+    app_http: httpx2.AsyncClient, app: InProcessApp, devidp: DevIdP, mcp_token: McpTokens, variant: str
 ) -> None:
     if variant == "garbage":
         bad = "not-a-jwt"
@@ -97,7 +98,7 @@ async def test_a_bad_token_gets_401(
     elif variant == "not_yet_valid":
         bad = await devidp.token("wire-user", resource=app.mcp_url, not_before_in=3600)
     elif variant == "tampered_signature":
-        good = await devidp.token("wire-user", resource=app.mcp_url)
+        good = await mcp_token("wire-user", resource=app.mcp_url, transport=app.transport())
         head, payload, signature = good.split(".")
         bad = ".".join([head, payload, signature[:-4] + ("AAAA" if signature[-4:] != "AAAA" else "BBBB")])
     else:
@@ -184,9 +185,9 @@ async def test_health_and_readiness(app_http: httpx2.AsyncClient) -> None:
 
 
 async def test_bearer_tokens_and_secrets_never_reach_the_server_log(
-    http: httpx2.Client, server: RunningServer, devidp: DevIdP, server_env: dict[str, str]
+    http: httpx2.Client, server: RunningServer, devidp: DevIdP, mcp_token: McpTokens, server_env: dict[str, str]
 ) -> None:
-    good = await devidp.token("log-watcher", resource=server.mcp_url)
+    good = await mcp_token("log-watcher", resource=server.mcp_url)
     expired = await devidp.token("log-watcher", resource=server.mcp_url, expires_in=-60)
     access_line = '"POST /mcp HTTP/1.1"'
     before = server.log_text().count(access_line)
@@ -208,9 +209,9 @@ async def test_bearer_tokens_and_secrets_never_reach_the_server_log(
 
 
 async def test_a_token_sent_in_a_query_string_never_reaches_the_access_log(
-    http: httpx2.Client, server: RunningServer, devidp: DevIdP
+    http: httpx2.Client, server: RunningServer, mcp_token: McpTokens
 ) -> None:
-    token = await devidp.token("wire-user", resource=server.mcp_url)
+    token = await mcp_token("wire-user", resource=server.mcp_url)
     marker = f"leak-{uuid.uuid4().hex[:8]}"
     http.get(f"{server.base_url}/healthz", params={"access_token": token, "m": marker})
     post(http, f"{server.mcp_url}?access_token={token}&m={marker}", "tools/list", token=token)

@@ -25,6 +25,9 @@ from api.introspection import TokenIntrospection
 from api.jose import IssuerMetadata
 from tests.support.waiting import free_port
 
+pytestmark = pytest.mark.resource_server_only(reason="RFC 7662 introspection of upstream tokens")
+
+
 ISSUER = "https://tenant.example.com/"
 RESOURCE = "https://coatcheck.example.com/mcp"
 CLIENT_ID = "coatcheck introspection"  # a space: RFC 6749 §2.3.1 form-encodes it into the Basic header

@@ -135,7 +135,9 @@ class CoatcheckTokens:
             elif response.status_code == 200 and url.startswith(self.home):
                 return  # the grants page: signed in
             else:
-                raise TokenFlowError(f"signing in at {self.home}: {url} -> {response.status_code}: {response.text[:500]}")
+                raise TokenFlowError(
+                    f"signing in at {self.home}: {url} -> {response.status_code}: {response.text[:500]}"
+                )
         raise TokenFlowError(f"signing in at {self.home} did not end within {_MAX_HOPS} steps")
 
     async def _walk(self, browser: httpx2.AsyncClient, username: str, resource: str) -> tuple[str, float]:
@@ -169,7 +171,9 @@ class CoatcheckTokens:
                 # The dev IdP's sign-in page (checked after consent: its form looks alike): the person types a name.
                 response = await browser.post(urljoin(url, login["action"]), data={"username": username})
             else:
-                raise TokenFlowError(f"{response.request.method} {url} -> {response.status_code}: {response.text[:500]}")
+                raise TokenFlowError(
+                    f"{response.request.method} {url} -> {response.status_code}: {response.text[:500]}"
+                )
         raise TokenFlowError(f"the authorization flow for {resource} did not end within {_MAX_HOPS} steps")
 
     async def _redeem(

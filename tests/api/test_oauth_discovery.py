@@ -26,7 +26,7 @@ from tests.support.jose import verify_jwt
 from tests.support.oauth import REDIRECT_URI, FormFillingUser, MemoryTokenStorage
 
 pytestmark = pytest.mark.resource_server_only(
-    reason="discovery and DCR at the dev IdP (see test_authorization_server.py)"
+    reason="discovery and registration at the dev IdP"
 )
 
 

@@ -25,9 +25,7 @@ from tests.support.inprocess import InProcessApp
 from tests.support.jose import verify_jwt
 from tests.support.oauth import REDIRECT_URI, FormFillingUser, MemoryTokenStorage
 
-pytestmark = pytest.mark.resource_server_only(
-    reason="discovery and registration at the dev IdP"
-)
+pytestmark = pytest.mark.resource_server_only(reason="discovery and registration at the dev IdP")
 
 
 async def test_sdk_client_discovers_registers_logs_in_and_lists_tools_starting_from_a_401(

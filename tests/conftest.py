@@ -230,12 +230,12 @@ def mcp_token(devidp: DevIdP, public_url: str, request: pytest.FixtureRequest) -
 
     Resource-server mode: minted by the dev IdP. Authorization-server mode: issued by Coatcheck through its
     own authorize, sign-in, consent and token steps, once per (server, user) and cached; the person signs in
-    at the in-process app (same settings as ``server``).
+    at the session ``server`` (a real process, so a test may ask from any event loop).
     """
     if AUTH_MODE != "authorization-server":
         return McpTokens(devidp)
-    home: InProcessApp = request.getfixturevalue("app")
-    return McpTokens(devidp, CoatcheckTokens(devidp, home=public_url, home_transport=home.transport()))
+    home: RunningServer = request.getfixturevalue("server")
+    return McpTokens(devidp, CoatcheckTokens(devidp, home=home.base_url))
 
 
 @pytest.fixture

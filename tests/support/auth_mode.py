@@ -86,7 +86,6 @@ class CoatcheckTokens:
 
     idp: DevIdP
     home: str  # the session server's PUBLIC_URL, whose sign-in callback the dev IdP knows
-    home_transport: httpx2.AsyncBaseTransport | None = None
     _tokens: dict[tuple[str, str], _Cached] = field(default_factory=dict)
     _cookies: dict[str, httpx2.Cookies] = field(default_factory=dict)
 
@@ -101,9 +100,8 @@ class CoatcheckTokens:
         if cached is not None and cached.good_until - time.monotonic() > _RENEW_BEFORE:
             return cached.token
         started = time.monotonic()
+        # An in-process app at the session server's own URL also takes the sign-in there: same settings.
         mounts: dict[str, httpx2.AsyncBaseTransport | None] = {}
-        if self.home_transport is not None:
-            mounts[f"{_origin(self.home)}/"] = self.home_transport
         if transport is not None:
             mounts[f"{_origin(resource)}/"] = transport
         first_time = username not in self._cookies

@@ -5,6 +5,10 @@ The database server comes from ``TEST_DATABASE_URL``; unset, the tests use the l
 PostgreSQL 16 (the ``pgserver`` wheel of the test extra; tests/support/embedded_postgres.py) started for
 this run on a free port.
 Each run creates its own database, migrates it with ``alembic upgrade head`` and drops it at the end.
+
+``COATCHECK_TEST_AUTH_MODE=authorization-server`` runs the session server and the in-process apps in
+authorization-server mode, with MCP tokens Coatcheck issues (tests/support/auth_mode.py, docs/testing.md);
+tests marked ``resource_server_only`` are skipped then.
 """
 
 import asyncio
@@ -23,6 +27,14 @@ from sqlalchemy.engine import make_url
 from store.db import Database
 from store.principal import Principal
 from tests.support import figures
+from tests.support.auth_mode import (
+    MODE_VARIABLE,
+    AuthMode,
+    CoatcheckTokens,
+    McpTokens,
+    auth_mode_from,
+    authorization_server_settings,
+)
 from tests.support.databases import answers
 from tests.support.devidp import (
     DEMO_CLIENT_ID,
@@ -43,6 +55,8 @@ from tests.support.waiting import free_port
 pytest_plugins = ["tests.support.browser"]
 
 DEFAULT_TEST_DATABASE_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
+# Read once: every server and token of this run follows it.
+AUTH_MODE: AuthMode = auth_mode_from()
 # Which server this run uses, for the terminal summary.
 _database_note: list[str] = []
 
@@ -66,6 +80,25 @@ def admin_database_url() -> Iterator[str]:
             f"nothing answered at {make_url(default).render_as_string(hide_password=True)}"
         )
         yield url
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Skip the tests that are about resource-server mode when this run is in authorization-server mode.
+
+    A plain ``pytest.skip`` (not :func:`tests.support.prerequisites.missing`): the mode is a choice of the
+    run, not a missing prerequisite, so ``COATCHECK_TESTS_REQUIRE_ALL=1`` does not turn it into a failure.
+    """
+    if AUTH_MODE != "authorization-server":
+        return
+    for item in items:
+        marker = item.get_closest_marker("resource_server_only")
+        if marker is not None:
+            why = marker.kwargs.get("reason") or (marker.args[0] if marker.args else "about resource-server mode")
+            item.add_marker(pytest.mark.skip(reason=f"resource-server mode only ({MODE_VARIABLE}={AUTH_MODE}): {why}"))
+
+
+def pytest_report_header() -> str:
+    return f"auth mode: {AUTH_MODE} ({MODE_VARIABLE})"
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
@@ -120,6 +153,18 @@ def token_encryption_keys() -> str:
 
 
 @pytest.fixture(scope="session")
+def auth_mode() -> AuthMode:
+    """The mode this run's servers use (``COATCHECK_TEST_AUTH_MODE``)."""
+    return AUTH_MODE
+
+
+@pytest.fixture(scope="session")
+def as_signing_keys() -> str:
+    """``AS_SIGNING_KEYS`` of this run's servers in authorization-server mode (a ring of two)."""
+    return ",".join(secrets.token_urlsafe(32) for _ in range(2))
+
+
+@pytest.fixture(scope="session")
 def oauth_client_secrets() -> dict[str, str]:
     """Secrets of the dev IdP's static clients: Coatcheck's browser login and the "demo" provider."""
     return {LOGIN_CLIENT_ID: secrets.token_urlsafe(32), DEMO_CLIENT_ID: secrets.token_urlsafe(32)}
@@ -141,9 +186,11 @@ def server_env(
     request_state_keys: str,
     token_encryption_keys: str,
     oauth_client_secrets: dict[str, str],
+    as_signing_keys: str,
 ) -> dict[str, str]:
-    """The environment a production server runs with in these tests: the required settings plus the demo provider."""
-    return server_environment(
+    """The environment a production server runs with in these tests: the required settings plus the demo
+    provider, and in authorization-server mode that mode's settings (with the suite's pre-registered client)."""
+    env = server_environment(
         database_url=database_url,
         public_url=public_url,
         idp=devidp,
@@ -151,6 +198,9 @@ def server_env(
         request_state_keys=request_state_keys,
         token_encryption_keys=token_encryption_keys,
     )
+    if AUTH_MODE == "authorization-server":
+        env.update(authorization_server_settings(as_signing_keys))
+    return env
 
 
 @pytest.fixture(scope="session")
@@ -174,13 +224,28 @@ async def app_http(app: InProcessApp) -> AsyncIterator[httpx2.AsyncClient]:
         yield client
 
 
+@pytest.fixture(scope="session")
+def mcp_token(devidp: DevIdP, public_url: str, request: pytest.FixtureRequest) -> McpTokens:
+    """``await mcp_token(username, resource=url)``: an MCP access token for ``username`` in this run's mode.
+
+    Resource-server mode: minted by the dev IdP. Authorization-server mode: issued by Coatcheck through its
+    own authorize, sign-in, consent and token steps, once per (server, user) and cached; the person signs in
+    at the session ``server`` (a real process, so a test may ask from any event loop).
+    """
+    if AUTH_MODE != "authorization-server":
+        return McpTokens(devidp)
+    home: RunningServer = request.getfixturevalue("server")
+    return McpTokens(devidp, CoatcheckTokens(devidp, home=home.base_url))
+
+
 @pytest.fixture
-def mcp_client(app: InProcessApp, devidp: DevIdP) -> McpClientFactory:
+def mcp_client(app: InProcessApp, mcp_token: McpTokens) -> McpClientFactory:
     """Open an official SDK client to the in-process app as ``username`` (a fresh user by default)."""
 
     @asynccontextmanager
     async def open_client(username: str | None = None, **client_options: Any) -> AsyncIterator[Client]:
-        token = await devidp.token(username or f"user-{uuid.uuid4().hex[:8]}", resource=app.mcp_url)
+        name = username or f"user-{uuid.uuid4().hex[:8]}"
+        token = await mcp_token(name, resource=app.mcp_url, transport=app.transport())
         async with app.mcp_client(token, **client_options) as client:
             yield client
 
@@ -188,12 +253,12 @@ def mcp_client(app: InProcessApp, devidp: DevIdP) -> McpClientFactory:
 
 
 @pytest.fixture
-def wire_mcp_client(server: RunningServer, devidp: DevIdP) -> McpClientFactory:
+def wire_mcp_client(server: RunningServer, mcp_token: McpTokens) -> McpClientFactory:
     """Open an official SDK client to the ``coatcheck serve`` process over real HTTP, as ``username``."""
 
     @asynccontextmanager
     async def open_client(username: str | None = None, **client_options: Any) -> AsyncIterator[Client]:
-        token = await devidp.token(username or f"user-{uuid.uuid4().hex[:8]}", resource=server.mcp_url)
+        token = await mcp_token(username or f"user-{uuid.uuid4().hex[:8]}", resource=server.mcp_url)
         async with connect(server.mcp_url, token, **client_options) as client:
             yield client
 

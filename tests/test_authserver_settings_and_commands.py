@@ -16,6 +16,8 @@ from store.models import AuditEvent, table_of
 from store.principal import Principal
 from tests.test_operator_commands import coatcheck
 
+pytestmark = pytest.mark.sets_own_auth_mode
+
 _audit = table_of(AuditEvent)
 REQUIRED = {
     "DATABASE_URL": "postgresql://u@db:5432/coatcheck",

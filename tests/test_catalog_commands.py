@@ -15,9 +15,9 @@ import pytest
 from mcp import Client
 
 from tests.support import figures
+from tests.support.auth_mode import McpTokens
 from tests.support.catalog_cli import coatcheck
 from tests.support.databases import asyncpg_dsn
-from tests.support.devidp import DevIdP
 from tests.support.inprocess import settings_from, started_app
 from tests.support.mcp_client import call_ok, text_of
 from tests.support.mrtr import ScriptedUser, confirms
@@ -55,7 +55,7 @@ async def _search(client: Client, query: str, limit: int = 5) -> list[str]:
 
 
 async def test_a_100000_product_csv_is_imported_searched_partly_retired_and_a_cart_with_a_retired_line_copes(
-    fresh_database: str, tmp_path: Path, server_env: dict[str, str], devidp: DevIdP
+    fresh_database: str, tmp_path: Path, server_env: dict[str, str], mcp_token: McpTokens
 ) -> None:
     lines = sorted(_catalog_line(i) for i in range(1, PRODUCTS + 1))
     catalog = tmp_path / "catalog.csv"
@@ -83,7 +83,7 @@ async def test_a_100000_product_csv_is_imported_searched_partly_retired_and_a_ca
 
     settings = settings_from({**server_env, "DATABASE_URL": fresh_database})
     async with started_app(settings) as app:
-        token = await devidp.token(f"shop-{uuid.uuid4().hex[:8]}", resource=app.mcp_url)
+        token = await mcp_token(f"shop-{uuid.uuid4().hex[:8]}", resource=app.mcp_url, transport=app.transport())
         async with app.mcp_client(token, elicitation_callback=ScriptedUser(confirms(True))) as client:
             assert await _search(client, "coat-00001") == [f"COAT-00001{d}" for d in (1, 3, 5, 7, 9)]
             assert await _search(client, "KNIT HAT 99998") == ["hat-099998"]  # by name, in any case

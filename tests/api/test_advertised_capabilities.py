@@ -10,7 +10,7 @@ import uuid
 import httpx2
 import pytest
 
-from tests.support.devidp import DevIdP
+from tests.support.auth_mode import McpTokens
 from tests.support.inprocess import InProcessApp
 from tests.support.wire import post_async, response_message
 
@@ -18,8 +18,8 @@ METHOD_NOT_FOUND = -32601
 
 
 @pytest.fixture
-async def token(devidp: DevIdP, app: InProcessApp) -> str:
-    return await devidp.token(f"caps-{uuid.uuid4().hex[:8]}", resource=app.mcp_url)
+async def token(mcp_token: McpTokens, app: InProcessApp) -> str:
+    return await mcp_token(f"caps-{uuid.uuid4().hex[:8]}", resource=app.mcp_url, transport=app.transport())
 
 
 async def test_server_discover_advertises_tools_and_no_prompts_or_resources(

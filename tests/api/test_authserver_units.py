@@ -22,11 +22,14 @@ from tests.support.inprocess import settings_from, started_app
 from tests.support.scratch import scratch_database
 from tests.support.waiting import eventually
 
+pytestmark = pytest.mark.sets_own_auth_mode
+
 ISSUER = "https://coatcheck.test"
 RESOURCE = f"{ISSUER}/mcp"
 OLD, NEW = b"old-signing-secret-" + b"o" * 20 + b"-0123456789", b"new-signing-secret-" + b"n" * 20 + b"-9876543210"
 
 
+@pytest.mark.resource_server_only(reason="the session app in the default mode")
 async def test_by_default_the_server_is_a_resource_server_with_no_authorization_endpoints(
     app_http: httpx2.AsyncClient, devidp: DevIdP
 ) -> None:

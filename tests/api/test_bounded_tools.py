@@ -10,7 +10,7 @@ import pytest
 from mcp import Client
 from mcp.types import TextContent
 
-from tests.support.devidp import DevIdP
+from tests.support.auth_mode import McpTokens
 from tests.support.inprocess import InProcessApp, settings_from, started_app
 from tests.support.mcp_client import McpClientFactory, call_ok, text_of
 
@@ -101,14 +101,16 @@ async def capped_app(server_env: dict[str, str]) -> AsyncIterator[InProcessApp]:
 
 
 @asynccontextmanager
-async def _client(app: InProcessApp, devidp: DevIdP) -> AsyncIterator[Client]:
-    token = await devidp.token(f"user-{uuid.uuid4().hex[:8]}", resource=app.mcp_url)
+async def _client(app: InProcessApp, mcp_token: McpTokens) -> AsyncIterator[Client]:
+    token = await mcp_token(f"user-{uuid.uuid4().hex[:8]}", resource=app.mcp_url, transport=app.transport())
     async with app.mcp_client(token) as client:
         yield client
 
 
-async def test_the_open_cart_cap_is_a_tool_error_that_says_what_to_do(capped_app: InProcessApp, devidp: DevIdP) -> None:
-    async with _client(capped_app, devidp) as client:
+async def test_the_open_cart_cap_is_a_tool_error_that_says_what_to_do(
+    capped_app: InProcessApp, mcp_token: McpTokens
+) -> None:
+    async with _client(capped_app, mcp_token) as client:
         first = (await call_ok(client, "cart_create"))["cart_id"]
         await call_ok(client, "cart_create")
         refused = await client.call_tool("cart_create", {})
@@ -120,10 +122,10 @@ async def test_the_open_cart_cap_is_a_tool_error_that_says_what_to_do(capped_app
 
 
 async def test_nul_bytes_and_integers_past_int32_are_validation_errors_with_no_traceback_in_the_log(
-    capped_app: InProcessApp, devidp: DevIdP, caplog: pytest.LogCaptureFixture
+    capped_app: InProcessApp, mcp_token: McpTokens, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.INFO)
-    async with _client(capped_app, devidp) as client:
+    async with _client(capped_app, mcp_token) as client:
         cart_id = (await call_ok(client, "cart_create"))["cart_id"]
         calls = [
             ("catalog_search", {"query": "co\x00at"}),

@@ -25,8 +25,8 @@ from sqlalchemy import func, select
 
 from store.db import Database
 from store.models import Order, table_of
+from tests.support.auth_mode import McpTokens
 from tests.support.catalog_cli import coatcheck
-from tests.support.devidp import DevIdP
 from tests.support.inprocess import InProcessApp, settings_from, started_app
 from tests.support.mcp_client import McpClientFactory, call_ok, connect, text_of
 from tests.support.mrtr import ScriptedUser, another_instance, confirms, flip_one_character
@@ -367,7 +367,11 @@ async def test_two_confirmations_of_one_cart_racing_place_one_order_and_the_othe
 
 
 async def test_a_tampered_state_is_rejected_before_the_tool_runs(
-    mcp_client: McpClientFactory, database: Database, app_http: httpx2.AsyncClient, app: InProcessApp, devidp: DevIdP
+    mcp_client: McpClientFactory,
+    database: Database,
+    app_http: httpx2.AsyncClient,
+    app: InProcessApp,
+    mcp_token: McpTokens,
 ) -> None:
     username = f"tamper-{uuid.uuid4().hex[:6]}"
     async with _asked(mcp_client, {"hat-beanie": 1}, username) as (client, cart_id, first):
@@ -376,7 +380,7 @@ async def test_a_tampered_state_is_rejected_before_the_tool_runs(
         assert tampered != first.request_state
         await _assert_state_refused(client, cart_id, tampered)
 
-    token = await devidp.token(username, resource=app.mcp_url)
+    token = await mcp_token(username, resource=app.mcp_url, transport=app.transport())
     params = {
         "name": "cart_checkout",
         "arguments": {"cart_id": cart_id},
@@ -418,9 +422,9 @@ async def test_the_state_is_bound_to_cart_checkout_and_to_its_cart(
 
 
 async def test_an_expired_state_is_rejected_and_places_nothing(
-    server_env: dict[str, str], devidp: DevIdP, app: InProcessApp, database: Database
+    server_env: dict[str, str], mcp_token: McpTokens, app: InProcessApp, database: Database
 ) -> None:
-    token = await devidp.token(f"slow-{uuid.uuid4().hex[:6]}", resource=app.mcp_url)
+    token = await mcp_token(f"slow-{uuid.uuid4().hex[:6]}", resource=app.mcp_url, transport=app.transport())
     short_lived_settings = settings_from({**server_env, "REQUEST_STATE_TTL_SECONDS": "3"})
     user = ScriptedUser(confirms(True))
     async with (
@@ -456,9 +460,9 @@ async def test_an_expired_state_is_rejected_and_places_nothing(
 
 
 async def test_round_one_on_one_instance_and_round_two_on_another_places_the_order(
-    server_env: dict[str, str], public_url: str, devidp: DevIdP, server: RunningServer, database: Database
+    server_env: dict[str, str], public_url: str, mcp_token: McpTokens, server: RunningServer, database: Database
 ) -> None:
-    token = await devidp.token(f"roamer-{uuid.uuid4().hex[:6]}", resource=server.mcp_url)
+    token = await mcp_token(f"roamer-{uuid.uuid4().hex[:6]}", resource=server.mcp_url)
     user = ScriptedUser(confirms(True))
     with another_instance(server_env, public_url=public_url) as second:
         assert second.base_url != server.base_url
@@ -477,10 +481,10 @@ async def test_round_one_on_one_instance_and_round_two_on_another_places_the_ord
 
 
 async def test_a_state_sealed_under_the_old_key_is_accepted_after_rotating_to_new_old(
-    server_env: dict[str, str], devidp: DevIdP, app: InProcessApp, database: Database
+    server_env: dict[str, str], mcp_token: McpTokens, app: InProcessApp, database: Database
 ) -> None:
     old, new = secrets.token_urlsafe(32), secrets.token_urlsafe(32)
-    token = await devidp.token(f"rotating-{uuid.uuid4().hex[:6]}", resource=app.mcp_url)
+    token = await mcp_token(f"rotating-{uuid.uuid4().hex[:6]}", resource=app.mcp_url, transport=app.transport())
     user = ScriptedUser(confirms(True))
     before_settings = settings_from({**server_env, "REQUEST_STATE_KEYS": old})
     async with started_app(before_settings) as before, before.mcp_client(token, elicitation_callback=user) as client:
@@ -501,7 +505,11 @@ async def test_a_state_sealed_under_the_old_key_is_accepted_after_rotating_to_ne
 
 
 async def test_a_client_without_form_elicitation_gets_missing_capability_not_a_form(
-    mcp_client: McpClientFactory, database: Database, app_http: httpx2.AsyncClient, app: InProcessApp, devidp: DevIdP
+    mcp_client: McpClientFactory,
+    database: Database,
+    app_http: httpx2.AsyncClient,
+    app: InProcessApp,
+    mcp_token: McpTokens,
 ) -> None:
     username = f"formless-{uuid.uuid4().hex[:6]}"
     async with mcp_client(username) as client:  # no elicitation callback: no elicitation capability declared
@@ -511,7 +519,7 @@ async def test_a_client_without_form_elicitation_gets_missing_capability_not_a_f
     assert caught.value.code == -32021
     assert caught.value.data == {"requiredCapabilities": {"elicitation": {"form": {}}}}
 
-    token = await devidp.token(username, resource=app.mcp_url)
+    token = await mcp_token(username, resource=app.mcp_url, transport=app.transport())
     no_form: list[dict[str, Any]] = [{}, {"elicitation": {"url": {}}}, {"sampling": {}}]
     for capabilities in no_form:
         params = {"name": "cart_checkout", "arguments": {"cart_id": cart_id}}

@@ -12,6 +12,8 @@ from store import authserver as store
 from store.db import Database
 from tests.support.cimd_server import DocumentServer, serve_documents
 
+pytestmark = pytest.mark.sets_own_auth_mode
+
 GOOD: dict[str, object] = {"client_name": "Doc client", "redirect_uris": ["http://127.0.0.1:4321/callback"]}
 
 

@@ -25,6 +25,7 @@ from api.oauth.session import CookieJar
 from store.db import Database
 from store.models import OAuthFlow, table_of
 from store.principal import Principal
+from tests.support.auth_mode import McpTokens
 from tests.support.devidp import DevIdP, devidp_clients, start_devidp
 from tests.support.inprocess import InProcessApp, settings_from, started_app
 from tests.support.mcp_client import McpClientFactory, text_of
@@ -127,9 +128,9 @@ async def test_whoami_without_a_connection_asks_for_a_url_and_a_repeated_call_re
     "capabilities", [{}, {"elicitation": {}}, {"elicitation": {"form": {}}}], ids=["none", "bare", "form-only"]
 )
 async def test_a_client_without_url_elicitation_gets_missing_capability_32021(
-    app: InProcessApp, app_http: httpx2.AsyncClient, devidp: DevIdP, capabilities: dict[str, Any]
+    app: InProcessApp, app_http: httpx2.AsyncClient, mcp_token: McpTokens, capabilities: dict[str, Any]
 ) -> None:
-    token = await devidp.token(_user(), resource=app.mcp_url)
+    token = await mcp_token(_user(), resource=app.mcp_url, transport=app.transport())
     params = {"name": "connection_whoami", "arguments": WHOAMI}
     response = await post_async(app_http, app.mcp_url, "tools/call", params, token=token, capabilities=capabilities)
     message = response_message(response)

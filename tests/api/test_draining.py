@@ -6,7 +6,7 @@ import time
 
 import httpx2
 
-from tests.support.devidp import DevIdP
+from tests.support.auth_mode import McpTokens
 from tests.support.server import run_server
 from tests.support.waiting import free_port, wait_until
 from tests.support.wire import post, response_message
@@ -22,12 +22,12 @@ def _status(url: str) -> int | None:
 
 
 def test_after_sigterm_readyz_answers_503_while_requests_are_still_served_until_the_drain_ends(
-    server_env: dict[str, str], devidp: DevIdP
+    server_env: dict[str, str], mcp_token: McpTokens
 ) -> None:
     port = free_port()
     env = {**server_env, "SHUTDOWN_DRAIN_SECONDS": str(DRAIN_SECONDS)}
     with run_server(env, port=port, public_url=f"http://127.0.0.1:{port}") as running:
-        token = asyncio.run(devidp.token("drain-user", resource=devidp.resources[0], audience=running.mcp_url))
+        token = asyncio.run(mcp_token("drain-user", resource=running.mcp_url))
         assert _status(f"{running.base_url}/readyz") == 200
 
         signalled = time.monotonic()

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import httpx2
 import pytest
 
-from tests.support.devidp import DevIdP
+from tests.support.auth_mode import McpTokens
 from tests.support.server import RunningServer, run_server
 from tests.support.waiting import free_port, wait_until
 from tests.support.wire import PROTOCOL_VERSION, modern_request
@@ -91,10 +91,10 @@ def _partial_post(server: RunningServer, token: str, protocol_version: str) -> b
 @pytest.mark.parametrize("protocol_version", [PROTOCOL_VERSION, "2025-11-25"])  # both of the SDK's lanes
 @pytest.mark.parametrize("how", ["client-closes", "body-deadline"])
 async def test_a_client_gone_mid_body_is_logged_quietly_without_a_traceback(
-    short_body_deadline: RunningServer, devidp: DevIdP, how: str, protocol_version: str
+    short_body_deadline: RunningServer, mcp_token: McpTokens, how: str, protocol_version: str
 ) -> None:
     server = short_body_deadline
-    token = await devidp.token("gone-mid-body", resource=devidp.resources[0], audience=server.mcp_url)
+    token = await mcp_token("gone-mid-body", resource=server.mcp_url)
     log = _LogTail(server)
     host, port = server.base_url.removeprefix("http://").split(":")
     with socket.create_connection((host, int(port)), timeout=10.0) as sock:

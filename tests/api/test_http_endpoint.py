@@ -15,6 +15,7 @@ from collections.abc import Iterator
 import httpx2
 import pytest
 
+from tests.support.auth_mode import McpTokens
 from tests.support.devidp import DevIdP
 from tests.support.inprocess import InProcessApp
 from tests.support.leaks import assert_no_secrets
@@ -31,8 +32,8 @@ def http() -> Iterator[httpx2.Client]:
 
 
 @pytest.fixture
-async def token(devidp: DevIdP, app: InProcessApp) -> str:
-    return await devidp.token("wire-user", resource=app.mcp_url)
+async def token(mcp_token: McpTokens, app: InProcessApp) -> str:
+    return await mcp_token("wire-user", resource=app.mcp_url, transport=app.transport())
 
 
 def _expected_challenge(base_url: str) -> str:
@@ -73,6 +74,7 @@ async def test_a_bad_token_is_challenged_with_invalid_token(
         assert _expected_challenge(app.base_url) in response.headers["www-authenticate"]
 
 
+@pytest.mark.resource_server_only(reason="the dev IdP's own tokens and metadata")
 async def test_the_resource_metadata_lists_the_issuer_as_authorization_server(
     app_http: httpx2.AsyncClient, app: InProcessApp, devidp: DevIdP
 ) -> None:
@@ -82,12 +84,23 @@ async def test_the_resource_metadata_lists_the_issuer_as_authorization_server(
         assert document["authorization_servers"] == [devidp.issuer]
 
 
+# Tokens with hand-set claims come from the dev IdP's /dev/token: about the checks of resource-server mode.
+_DEVIDP_CLAIMS = pytest.mark.resource_server_only(reason="a dev IdP token with hand-set claims")
+
+
 @pytest.mark.parametrize(
     "variant",
-    ["garbage", "expired", "other_audience", "not_yet_valid", "tampered_signature", "unsigned"],
+    [
+        "garbage",
+        pytest.param("expired", marks=_DEVIDP_CLAIMS),
+        pytest.param("other_audience", marks=_DEVIDP_CLAIMS),
+        pytest.param("not_yet_valid", marks=_DEVIDP_CLAIMS),
+        "tampered_signature",
+        pytest.param("unsigned", marks=_DEVIDP_CLAIMS),
+    ],
 )
 async def test_a_bad_token_gets_401(
-    app_http: httpx2.AsyncClient, app: InProcessApp, devidp: DevIdP, variant: str
+    app_http: httpx2.AsyncClient, app: InProcessApp, devidp: DevIdP, mcp_token: McpTokens, variant: str
 ) -> None:
     if variant == "garbage":
         bad = "not-a-jwt"
@@ -98,7 +111,7 @@ async def test_a_bad_token_gets_401(
     elif variant == "not_yet_valid":
         bad = await devidp.token("wire-user", resource=app.mcp_url, not_before_in=3600)
     elif variant == "tampered_signature":
-        good = await devidp.token("wire-user", resource=app.mcp_url)
+        good = await mcp_token("wire-user", resource=app.mcp_url, transport=app.transport())
         head, payload, signature = good.split(".")
         bad = ".".join([head, payload, signature[:-4] + ("AAAA" if signature[-4:] != "AAAA" else "BBBB")])
     else:
@@ -113,6 +126,7 @@ async def test_a_bad_token_gets_401(
     assert _expected_challenge(app.base_url) in response.headers["www-authenticate"]
 
 
+@pytest.mark.resource_server_only(reason="the dev IdP's own tokens and metadata")
 @pytest.mark.parametrize("alg", ["RS256", "ES256"])
 async def test_rs256_and_es256_tokens_with_only_openid_scope_are_accepted(
     app_http: httpx2.AsyncClient, app: InProcessApp, devidp: DevIdP, alg: str
@@ -203,9 +217,9 @@ async def test_health_and_readiness(app_http: httpx2.AsyncClient) -> None:
 
 
 async def test_bearer_tokens_and_secrets_never_reach_the_server_log(
-    http: httpx2.Client, server: RunningServer, devidp: DevIdP, server_env: dict[str, str]
+    http: httpx2.Client, server: RunningServer, devidp: DevIdP, mcp_token: McpTokens, server_env: dict[str, str]
 ) -> None:
-    good = await devidp.token("log-watcher", resource=server.mcp_url)
+    good = await mcp_token("log-watcher", resource=server.mcp_url)
     expired = await devidp.token("log-watcher", resource=server.mcp_url, expires_in=-60)
     access_line = '"POST /mcp HTTP/1.1"'
     before = server.log_text_so_far().count(access_line)
@@ -227,9 +241,9 @@ async def test_bearer_tokens_and_secrets_never_reach_the_server_log(
 
 
 async def test_a_token_sent_in_a_query_string_never_reaches_the_access_log(
-    http: httpx2.Client, server: RunningServer, devidp: DevIdP
+    http: httpx2.Client, server: RunningServer, mcp_token: McpTokens
 ) -> None:
-    token = await devidp.token("wire-user", resource=server.mcp_url)
+    token = await mcp_token("wire-user", resource=server.mcp_url)
     marker = f"leak-{uuid.uuid4().hex[:8]}"
     http.get(f"{server.base_url}/healthz", params={"access_token": token, "m": marker})
     post(http, f"{server.mcp_url}?access_token={token}&m={marker}", "tools/list", token=token)

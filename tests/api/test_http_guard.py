@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import httpx2
 import pytest
 
-from tests.support.devidp import DevIdP
+from tests.support.auth_mode import McpTokens
 from tests.support.server import RunningServer, run_server
 from tests.support.waiting import free_port, wait_until
 
@@ -98,9 +98,9 @@ def _slow_post(server: RunningServer, token: str) -> bytes:
 
 
 async def test_a_body_that_trickles_in_is_cut_off_with_408_at_the_body_deadline(
-    guarded: RunningServer, devidp: DevIdP
+    guarded: RunningServer, mcp_token: McpTokens
 ) -> None:
-    token = await devidp.token("slow-body", resource=devidp.resources[0], audience=guarded.mcp_url)
+    token = await mcp_token("slow-body", resource=guarded.mcp_url)
     with _connect(guarded) as sock:
         sock.sendall(_slow_post(guarded, token))
         received, closed_after = _trickle_until_closed(sock, _forever(b" "), give_up_after=BODY_TIMEOUT + MARGIN)
@@ -143,9 +143,9 @@ def test_a_pipelined_body_that_trickles_in_after_its_answer_is_cut_off_at_the_bo
 
 
 async def test_a_pipelined_body_the_app_waits_for_is_cut_off_with_408_at_the_body_deadline(
-    guarded: RunningServer, devidp: DevIdP
+    guarded: RunningServer, mcp_token: McpTokens
 ) -> None:
-    token = await devidp.token("slow-pipelined-body", resource=devidp.resources[0], audience=guarded.mcp_url)
+    token = await mcp_token("slow-pipelined-body", resource=guarded.mcp_url)
     with _connect(guarded) as sock:
         sock.sendall(_pipelined(guarded, _slow_post(guarded, token)))
         received, closed_after = _trickle_until_closed(sock, _forever(b" "), give_up_after=BODY_TIMEOUT + MARGIN)

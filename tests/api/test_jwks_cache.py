@@ -17,6 +17,9 @@ from api.jose import DEFAULT_REFETCH_INTERVAL, IssuerMetadata, JwksCache
 from tests.support.jose import public_jwk, sign_jwt, signing_key
 from tests.support.json_server import serve_json
 
+pytestmark = pytest.mark.resource_server_only(reason="the JWKS cache of an upstream's keys")
+
+
 RESOURCE = "https://coatcheck.test/mcp"
 
 

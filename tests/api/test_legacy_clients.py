@@ -26,7 +26,7 @@ import httpx2
 import pytest
 from mcp import Client, MCPError
 
-from tests.support.devidp import DevIdP
+from tests.support.auth_mode import McpTokens
 from tests.support.inprocess import InProcessApp, settings_from, started_app
 from tests.support.mcp_client import cart_with_first_product, text_of
 from tests.support.wire import PROTOCOL_VERSION, modern_request, post_async, response_message
@@ -64,17 +64,19 @@ async def _legacy_client(app: InProcessApp, token: str, **options: Any) -> Async
         yield client
 
 
-async def _token(devidp: DevIdP, app: InProcessApp) -> str:
-    return await devidp.token(f"legacy-{uuid.uuid4().hex[:8]}", resource=app.mcp_url)
+async def _token(mcp_token: McpTokens, app: InProcessApp) -> str:
+    return await mcp_token(f"legacy-{uuid.uuid4().hex[:8]}", resource=app.mcp_url, transport=app.transport())
 
 
 @pytest.fixture
-async def token(devidp: DevIdP, app: InProcessApp) -> str:
-    return await _token(devidp, app)
+async def token(mcp_token: McpTokens, app: InProcessApp) -> str:
+    return await _token(mcp_token, app)
 
 
-async def test_a_2025_11_25_client_uses_every_cart_tool_on_the_same_endpoint(app: InProcessApp, devidp: DevIdP) -> None:
-    token = await _token(devidp, app)
+async def test_a_2025_11_25_client_uses_every_cart_tool_on_the_same_endpoint(
+    app: InProcessApp, mcp_token: McpTokens
+) -> None:
+    token = await _token(mcp_token, app)
     with anyio.fail_after(60):
         async with _legacy_client(app, token) as client:
             assert client.protocol_version == LEGACY_VERSION
@@ -92,9 +94,9 @@ async def test_a_2025_11_25_client_uses_every_cart_tool_on_the_same_endpoint(app
 
 
 async def test_checkout_tells_a_2025_11_25_client_it_needs_2026_07_28_and_changes_nothing(
-    app: InProcessApp, devidp: DevIdP
+    app: InProcessApp, mcp_token: McpTokens
 ) -> None:
-    token = await _token(devidp, app)
+    token = await _token(mcp_token, app)
     with anyio.fail_after(60):
         async with _legacy_client(app, token) as client:
             names = {tool.name for tool in (await client.list_tools()).tools}
@@ -158,8 +160,8 @@ async def rejecting_http(rejecting_app: InProcessApp) -> AsyncIterator[httpx2.As
 
 
 @pytest.fixture
-async def rejecting_token(devidp: DevIdP, rejecting_app: InProcessApp) -> str:
-    return await devidp.token("legacy-refused", resource=rejecting_app.mcp_url)
+async def rejecting_token(mcp_token: McpTokens, rejecting_app: InProcessApp) -> str:
+    return await mcp_token("legacy-refused", resource=rejecting_app.mcp_url, transport=rejecting_app.transport())
 
 
 def _assert_refused(response: httpx2.Response, request_id: object, requested: str | None) -> None:

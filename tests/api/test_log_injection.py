@@ -15,7 +15,7 @@ import pytest
 
 from api.logs import TextFormatter
 from api.oauth.client import ClientCredentials, OAuthClient, OAuthFailure
-from tests.support.devidp import DevIdP
+from tests.support.auth_mode import McpTokens
 from tests.support.server import RunningServer, run_server
 from tests.support.waiting import free_port, wait_until
 from tests.support.wire import PROTOCOL_VERSION
@@ -33,8 +33,8 @@ def debug_server(request: pytest.FixtureRequest, server_env: dict[str, str]) -> 
         yield running
 
 
-async def _send_notification(server: RunningServer, devidp: DevIdP, method: str) -> None:
-    token = await devidp.token("log-injector", resource=devidp.resources[0], audience=server.mcp_url)
+async def _send_notification(server: RunningServer, mcp_token: McpTokens, method: str) -> None:
+    token = await mcp_token("log-injector", resource=server.mcp_url)
     body = {
         "jsonrpc": "2.0",
         "method": method,
@@ -55,11 +55,11 @@ _RAW_CONTROLS = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f\u2028\u2029]")
 
 
 async def test_a_method_name_with_control_characters_cannot_forge_log_lines_in_either_format(
-    debug_server: RunningServer, devidp: DevIdP
+    debug_server: RunningServer, mcp_token: McpTokens
 ) -> None:
     marker = uuid.uuid4().hex
     method = HOSTILE_METHOD.format(marker)
-    await _send_notification(debug_server, devidp, method)
+    await _send_notification(debug_server, mcp_token, method)
     wait_until(lambda: marker in debug_server.log_text(), timeout=10, what="the method name in the debug log")
     text = debug_server.log_text()
     assert _RAW_CONTROLS.search(text) is None  # no CR, ESC, BEL, CSI or U+2028 reached the log

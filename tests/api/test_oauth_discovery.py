@@ -13,6 +13,7 @@ to the dev IdP, and the login, go over real HTTP to the dev IdP process.
 from urllib.parse import parse_qs, urlsplit
 
 import httpx2
+import pytest
 from joserfc.jwk import KeySet
 from mcp import Client
 from mcp.client.auth import OAuthClientProvider
@@ -23,6 +24,8 @@ from tests.support.devidp import DevIdP
 from tests.support.inprocess import InProcessApp
 from tests.support.jose import verify_jwt
 from tests.support.oauth import REDIRECT_URI, FormFillingUser, MemoryTokenStorage
+
+pytestmark = pytest.mark.resource_server_only(reason="discovery and registration at the dev IdP")
 
 
 async def test_sdk_client_discovers_registers_logs_in_and_lists_tools_starting_from_a_401(

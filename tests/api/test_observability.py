@@ -34,6 +34,7 @@ from store.crypto import TokenCipher
 from store.db import Database
 from store.principal import Principal
 from store.vault import TokenSet, VaultRepository
+from tests.support.auth_mode import McpTokens
 from tests.support.devidp import DevIdP
 from tests.support.inprocess import settings_from
 from tests.support.leaks import assert_no_secrets
@@ -69,13 +70,13 @@ def user() -> str:
     return f"observed-{uuid.uuid4().hex[:10]}"
 
 
-async def _token(devidp: DevIdP, server: RunningServer, username: str) -> str:
-    return await devidp.token(username, resource=devidp.resources[0], audience=server.mcp_url)
+async def _token(mcp_token: McpTokens, server: RunningServer, username: str) -> str:
+    return await mcp_token(username, resource=server.mcp_url)
 
 
 @contextlib.asynccontextmanager
-async def _client(devidp: DevIdP, server: RunningServer, username: str) -> AsyncIterator[Client]:
-    async with connect(server.mcp_url, await _token(devidp, server, username)) as connected:
+async def _client(mcp_token: McpTokens, server: RunningServer, username: str) -> AsyncIterator[Client]:
+    async with connect(server.mcp_url, await _token(mcp_token, server, username)) as connected:
         yield connected
 
 
@@ -147,9 +148,9 @@ def _assert_nothing_secret(text: str, *values: str) -> None:
 
 
 async def test_each_tool_call_logs_one_json_line_with_its_request_id_tool_outcome_status_duration_and_principal_digest(
-    observed: RunningServer, devidp: DevIdP, user: str, server_env: dict[str, str]
+    observed: RunningServer, mcp_token: McpTokens, user: str, server_env: dict[str, str]
 ) -> None:
-    token = await _token(devidp, observed, user)
+    token = await _token(mcp_token, observed, user)
     with httpx2.Client(timeout=15.0) as http:
         created = post(http, observed.mcp_url, "tools/call", {"name": "cart_create", "arguments": {}}, token=token)
         missing = {"name": "cart_view", "arguments": {"cart_id": "cart_nope"}}
@@ -189,8 +190,10 @@ async def test_each_tool_call_logs_one_json_line_with_its_request_id_tool_outcom
     assert user not in log  # the subject: only its digest
 
 
-async def test_every_logger_writes_in_the_one_json_format(observed: RunningServer, devidp: DevIdP, user: str) -> None:
-    async with _client(devidp, observed, user) as client:
+async def test_every_logger_writes_in_the_one_json_format(
+    observed: RunningServer, mcp_token: McpTokens, user: str
+) -> None:
+    async with _client(mcp_token, observed, user) as client:
         await client.call_tool("cart_list", {})
     wait_until(lambda: bool(_tool_lines(observed)), timeout=5, what="a tool-call line")
     text = observed.log_text()
@@ -201,13 +204,13 @@ async def test_every_logger_writes_in_the_one_json_format(observed: RunningServe
 
 
 async def test_the_principal_digest_differs_between_users_and_is_keyed(
-    observed: RunningServer, devidp: DevIdP, user: str, server_env: dict[str, str]
+    observed: RunningServer, devidp: DevIdP, mcp_token: McpTokens, user: str, server_env: dict[str, str]
 ) -> None:
     other = f"{user}-other"
     observed.log_text_so_far()  # the module's server has logged other tests' calls already: all written
     before = len(_tool_lines(observed))
     for username in (user, other):
-        async with _client(devidp, observed, username) as connected:
+        async with _client(mcp_token, observed, username) as connected:
             await connected.call_tool("cart_list", {})
     wait_until(lambda: len(_tool_lines(observed)) >= before + 2, timeout=5, what="this test's two tool-call lines")
     digests = [line["principal"] for line in _tool_lines(observed)[before:]]
@@ -222,13 +225,13 @@ async def test_the_principal_digest_differs_between_users_and_is_keyed(
 
 
 async def test_log_level_warning_silences_info_from_every_logger(
-    server_env: dict[str, str], devidp: DevIdP, user: str
+    server_env: dict[str, str], mcp_token: McpTokens, user: str
 ) -> None:
     port = free_port()
     env = {**server_env, "LOG_LEVEL": "WARNING"}
     with run_server(env, port=port, public_url=f"http://127.0.0.1:{port}") as running:
         # A failing tool call makes the SDK's logger say so at INFO; the request itself is an INFO access line.
-        async with _client(devidp, running, user) as client:
+        async with _client(mcp_token, running, user) as client:
             failed = await client.call_tool("cart_view", {"cart_id": "cart_nope"})
         # The positive control, written after the INFO lines would have been: a refused sign-out warns.
         refused = httpx2.post(
@@ -246,7 +249,7 @@ LOGGED_REQUESTS = 400
 
 
 async def test_a_clean_sigterm_shutdown_writes_the_line_of_every_request_answered_even_to_a_stalled_reader(
-    server_env: dict[str, str], devidp: DevIdP, user: str
+    server_env: dict[str, str], mcp_token: McpTokens, user: str
 ) -> None:
     # The server's log goes to a pipe nobody reads until after the SIGTERM: it fills (64 KiB), so the log
     # writer is stuck behind it and its queue holds most of the lines when the shutdown begins. Requests are
@@ -262,7 +265,7 @@ async def test_a_clean_sigterm_shutdown_writes_the_line_of_every_request_answere
     )
     try:
         wait_until(lambda: answers_ok(f"{base_url}/healthz", process), timeout=30, what="the server")
-        token = await _token(devidp, RunningServer(base_url, Path(os.devnull), process), user)
+        token = await _token(mcp_token, RunningServer(base_url, Path(os.devnull), process), user)
         headers, body = modern_request("tools/call", {"name": "cart_list", "arguments": {}})
         headers["Authorization"] = f"Bearer {token}"
         answered: list[str] = []
@@ -336,14 +339,14 @@ def _value(samples: dict[tuple[str, tuple[tuple[str, str], ...]], float], name: 
 
 
 async def test_metrics_count_calls_errors_and_latency_per_tool_without_caller_strings_in_labels(
-    observed: RunningServer, devidp: DevIdP, user: str, server_env: dict[str, str]
+    observed: RunningServer, mcp_token: McpTokens, user: str, server_env: dict[str, str]
 ) -> None:
     _, before = _metrics(observed)
     made_up_tool = f"no_such_tool_{uuid.uuid4().hex[:8]}"
-    async with _client(devidp, observed, user) as client:
+    async with _client(mcp_token, observed, user) as client:
         await client.call_tool("cart_create", {})
         await client.call_tool("cart_view", {"cart_id": "cart_nope"})
-    token = await _token(devidp, observed, user)
+    token = await _token(mcp_token, observed, user)
     with httpx2.Client(timeout=15.0) as http:
         unknown = {"name": made_up_tool, "arguments": {}}
         assert response_message(post(http, observed.mcp_url, "tools/call", unknown, token=token))["result"]["isError"]
@@ -368,9 +371,9 @@ async def test_metrics_count_calls_errors_and_latency_per_tool_without_caller_st
     _assert_nothing_secret(text, *_secrets(server_env))
 
 
-async def test_metrics_count_the_rounds_of_a_checkout(observed: RunningServer, devidp: DevIdP, user: str) -> None:
+async def test_metrics_count_the_rounds_of_a_checkout(observed: RunningServer, mcp_token: McpTokens, user: str) -> None:
     _, before = _metrics(observed)
-    token = await _token(devidp, observed, user)
+    token = await _token(mcp_token, observed, user)
     async with connect(observed.mcp_url, token, elicitation_callback=ScriptedUser(confirms(True))) as confirming:
         cart_id = (await confirming.call_tool("cart_create", {})).structured_content["cart_id"]
         await confirming.call_tool("cart_set_item", {"cart_id": cart_id, "sku": "hat-beanie", "quantity": 1})
@@ -383,10 +386,10 @@ async def test_metrics_count_the_rounds_of_a_checkout(observed: RunningServer, d
 
 
 async def test_pool_gauges_show_connections_in_use_and_callers_waiting(
-    observed: RunningServer, devidp: DevIdP, user: str, server_env: dict[str, str]
+    observed: RunningServer, mcp_token: McpTokens, user: str, server_env: dict[str, str]
 ) -> None:
     callers = POOL_SIZE + 3
-    token = await _token(devidp, observed, user)
+    token = await _token(mcp_token, observed, user)
     headers, body = modern_request("tools/call", {"name": "cart_list", "arguments": {}})
     headers["Authorization"] = f"Bearer {token}"
     locker = await asyncpg.connect(server_env["DATABASE_URL"])
@@ -418,7 +421,12 @@ async def test_pool_gauges_show_connections_in_use_and_callers_waiting(
 
 
 async def test_a_refused_token_refresh_is_counted(
-    observed: RunningServer, devidp: DevIdP, user: str, server_env: dict[str, str], database: Database
+    observed: RunningServer,
+    devidp: DevIdP,
+    mcp_token: McpTokens,
+    user: str,
+    server_env: dict[str, str],
+    database: Database,
 ) -> None:
     cipher = TokenCipher([key.encode() for key in server_env["TOKEN_ENCRYPTION_KEYS"].split(",")])
     expired = TokenSet(
@@ -430,7 +438,7 @@ async def test_a_refused_token_refresh_is_counted(
     async with database.transaction() as conn:
         await VaultRepository(conn, cipher).save(Principal(devidp.issuer, user), "demo", expired)
     _, before = _metrics(observed)
-    async with _client(devidp, observed, user) as connected:
+    async with _client(mcp_token, observed, user) as connected:
         # The refresh is refused, so the tool goes on to ask for a new connection, which this client cannot show.
         with contextlib.suppress(MCPError):
             await connected.call_tool("connection_whoami", {"provider": "demo"})
@@ -453,13 +461,13 @@ async def test_a_refused_token_refresh_is_counted(
     ],
 )
 async def test_metrics_apply_the_same_host_and_origin_allow_list_as_the_mcp_endpoint(
-    observed: RunningServer, devidp: DevIdP, user: str, headers: dict[str, str], status: int
+    observed: RunningServer, mcp_token: McpTokens, user: str, headers: dict[str, str], status: int
 ) -> None:
     port = observed.base_url.rsplit(":", 1)[1]
     sent = {name: value.format(port=port) for name, value in headers.items()}
     scraped = httpx2.get(f"{observed.base_url}/metrics", headers=sent, timeout=10.0)
     request_headers, body = modern_request("tools/list")
-    token = await _token(devidp, observed, user)
+    token = await _token(mcp_token, observed, user)
     mcp = httpx2.post(
         observed.mcp_url, headers={**request_headers, **sent, "Authorization": f"Bearer {token}"}, json=body
     )
@@ -477,13 +485,13 @@ def test_metrics_are_off_by_default(server: RunningServer) -> None:
 
 
 async def test_each_tool_call_is_a_span_with_a_child_span_per_database_statement(
-    observed: RunningServer, devidp: DevIdP, user: str, server_env: dict[str, str]
+    observed: RunningServer, mcp_token: McpTokens, user: str, server_env: dict[str, str]
 ) -> None:
     def exported() -> list[dict[str, Any]]:
         return [s for s in _spans(observed) if s["name"] == "tools/call cart_view"]
 
     earlier = len(exported())
-    async with _client(devidp, observed, user) as client:
+    async with _client(mcp_token, observed, user) as client:
         result = await client.call_tool("cart_create", {})
         cart_id = result.structured_content["cart_id"]
         await client.call_tool("cart_view", {"cart_id": cart_id})
@@ -523,7 +531,9 @@ class _Collector(http.server.BaseHTTPRequestHandler):
         del format, args
 
 
-async def test_spans_reach_an_otlp_collector_over_http(server_env: dict[str, str], devidp: DevIdP, user: str) -> None:
+async def test_spans_reach_an_otlp_collector_over_http(
+    server_env: dict[str, str], mcp_token: McpTokens, user: str
+) -> None:
     from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
     collector = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Collector)
@@ -538,7 +548,7 @@ async def test_spans_reach_an_otlp_collector_over_http(server_env: dict[str, str
     }
     try:
         with run_server(env, port=port, public_url=f"http://127.0.0.1:{port}") as running:
-            async with _client(devidp, running, user) as client:
+            async with _client(mcp_token, running, user) as client:
                 await client.call_tool("cart_list", {})
 
             def spans() -> list[tuple[str, str]]:

@@ -17,7 +17,7 @@ from sqlalchemy.engine import make_url
 
 from store.db import Database
 from store.errors import Unavailable
-from tests.support.devidp import DevIdP
+from tests.support.auth_mode import McpTokens
 from tests.support.mcp_client import call_ok, connect, text_of
 from tests.support.mrtr import ScriptedUser, another_instance, confirms
 from tests.support.pgbouncer import RunningPgBouncer, run_pgbouncer
@@ -70,10 +70,10 @@ async def _shopper(client: Client) -> int:
 
 
 async def test_every_cart_tool_and_checkout_work_through_a_transaction_pooling_pgbouncer_under_concurrency(
-    pooled_server: RunningServer, devidp: DevIdP, public_url: str
+    pooled_server: RunningServer, mcp_token: McpTokens, public_url: str
 ) -> None:
     async def session(n: int) -> int:
-        token = await devidp.token(f"pooled-{n}-{uuid.uuid4().hex[:6]}", resource=f"{public_url}/mcp")
+        token = await mcp_token(f"pooled-{n}-{uuid.uuid4().hex[:6]}", resource=f"{public_url}/mcp")
         calls = 0
         async with connect(pooled_server.mcp_url, token, elicitation_callback=ScriptedUser(confirms(True))) as client:
             for _ in range(3):
@@ -92,9 +92,9 @@ async def test_every_cart_tool_and_checkout_work_through_a_transaction_pooling_p
 
 
 async def test_a_lock_wait_behind_the_pooler_ends_at_lock_timeout_with_a_tool_error_and_changes_nothing(
-    pooled_server: RunningServer, devidp: DevIdP, public_url: str, database_url: str
+    pooled_server: RunningServer, mcp_token: McpTokens, public_url: str, database_url: str
 ) -> None:
-    token = await devidp.token(f"locked-{uuid.uuid4().hex[:6]}", resource=f"{public_url}/mcp")
+    token = await mcp_token(f"locked-{uuid.uuid4().hex[:6]}", resource=f"{public_url}/mcp")
     async with connect(pooled_server.mcp_url, token) as client:
         cart_id = (await call_ok(client, "cart_create"))["cart_id"]
         direct = await asyncpg.connect(make_url(database_url).set(drivername="postgresql").render_as_string(False))
@@ -142,7 +142,7 @@ async def test_the_statement_timeout_holds_through_the_pooler_and_never_rides_in
 
 
 async def test_a_checkout_through_the_pooler_leaves_no_session_setting_on_the_shared_server_connection(
-    server_env: dict[str, str], public_url: str, devidp: DevIdP, database_url: str
+    server_env: dict[str, str], public_url: str, mcp_token: McpTokens, database_url: str
 ) -> None:
     # One server connection behind the pooler: whatever a unit of work left on it, the next client gets.
     with (
@@ -151,7 +151,7 @@ async def test_a_checkout_through_the_pooler_leaves_no_session_setting_on_the_sh
             server_env, public_url=public_url, DATABASE_URL=single.url, DB_POOLER_MODE="transaction", DB_POOL_SIZE="2"
         ) as server,
     ):
-        token = await devidp.token(f"jit-{uuid.uuid4().hex[:6]}", resource=f"{public_url}/mcp")
+        token = await mcp_token(f"jit-{uuid.uuid4().hex[:6]}", resource=f"{public_url}/mcp")
         async with connect(server.mcp_url, token, elicitation_callback=ScriptedUser(confirms(True))) as client:
             cart_id = (await call_ok(client, "cart_create"))["cart_id"]
             await call_ok(client, "cart_set_item", {"cart_id": cart_id, "sku": "hat-beanie", "quantity": 2})

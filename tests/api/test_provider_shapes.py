@@ -41,6 +41,9 @@ from tests.support.oauth import REDIRECT_URI, FormFillingUser, MemoryTokenStorag
 from tests.support.waiting import eventually, free_port
 from tests.support.wire import modern_request
 
+pytestmark = pytest.mark.resource_server_only(reason="upstream tokens in each provider shape")
+
+
 PREREGISTERED_CLIENT_ID = "claude-code-preregistered"
 INTROSPECTION_CLIENT_ID = "coatcheck-introspection"
 # A client's sector (OIDC Core §8.1) is the host of its first redirect URI; oidc-provider takes it with the port.

@@ -19,7 +19,7 @@ from sqlalchemy import text
 from store.carts import CartRepository
 from store.db import Database
 from store.principal import Principal
-from tests.support.devidp import DevIdP
+from tests.support.auth_mode import McpTokens
 from tests.support.inprocess import InProcessApp, settings_from, started_app
 from tests.support.mcp_client import call_ok, text_of
 from tests.support.mrtr import ScriptedUser, confirms
@@ -155,9 +155,11 @@ EXPECTED = {
 
 
 async def test_each_tool_call_costs_postgresql_the_documented_round_trips_and_nothing_else(
-    logged_app: InProcessApp, logged_cluster: PrivatePostgres, devidp: DevIdP
+    logged_app: InProcessApp, logged_cluster: PrivatePostgres, mcp_token: McpTokens
 ) -> None:
-    token = await devidp.token(f"counted-{uuid.uuid4().hex[:6]}", resource=logged_app.mcp_url)
+    token = await mcp_token(
+        f"counted-{uuid.uuid4().hex[:6]}", resource=logged_app.mcp_url, transport=logged_app.transport()
+    )
     async with logged_app.mcp_client(token, elicitation_callback=ScriptedUser(confirms(True))) as client:
         for call in (await _session(client)).values():  # warm-up: every statement prepared once
             await call()

@@ -19,7 +19,7 @@ import httpx2
 import pytest
 
 from api.settings import Settings
-from tests.support.devidp import DevIdP
+from tests.support.auth_mode import McpTokens
 from tests.support.inprocess import InProcessApp, settings_from, started_app
 from tests.support.server import RunningServer, run_server
 from tests.support.waiting import free_port
@@ -37,13 +37,13 @@ def http() -> Iterator[httpx2.Client]:
 
 
 @pytest.fixture
-async def token(devidp: DevIdP, server: RunningServer) -> str:
-    return await devidp.token(f"edge-{uuid.uuid4().hex[:8]}", resource=server.mcp_url)
+async def token(mcp_token: McpTokens, server: RunningServer) -> str:
+    return await mcp_token(f"edge-{uuid.uuid4().hex[:8]}", resource=server.mcp_url)
 
 
 @pytest.fixture
-async def app_token(devidp: DevIdP, app: InProcessApp) -> str:
-    return await devidp.token(f"edge-{uuid.uuid4().hex[:8]}", resource=app.mcp_url)
+async def app_token(mcp_token: McpTokens, app: InProcessApp) -> str:
+    return await mcp_token(f"edge-{uuid.uuid4().hex[:8]}", resource=app.mcp_url, transport=app.transport())
 
 
 def _error(response: httpx2.Response) -> dict[str, Any]:
@@ -79,12 +79,18 @@ async def proxied_http(proxied_app: InProcessApp) -> AsyncIterator[httpx2.AsyncC
         yield client
 
 
+# No person can sign in at the TLS domain for a Coatcheck-issued token: the dev IdP's sign-in client lists only
+# the session server's callback. The Host and Origin checks do not depend on the mode.
+_PROXIED_RS_ONLY = "a token for the app at a TLS domain the dev IdP's sign-in client does not list"
+
+
 @pytest.fixture
-async def proxied_token(devidp: DevIdP) -> str:
+async def proxied_token(mcp_token: McpTokens) -> str:
     # What the IdP issues for the public resource https://mcp.example.com/mcp.
-    return await devidp.token("edge-proxied", resource=devidp.resources[0], audience=f"https://{PUBLIC_HOST}/mcp")
+    return await mcp_token("edge-proxied", resource=f"https://{PUBLIC_HOST}/mcp")
 
 
+@pytest.mark.resource_server_only(reason=_PROXIED_RS_ONLY)
 @pytest.mark.parametrize("host", [PUBLIC_HOST, "coatcheck.internal:8080"])
 async def test_requests_for_the_public_domain_or_an_extra_allowed_host_are_served(
     proxied_http: httpx2.AsyncClient, proxied_token: str, host: str
@@ -94,6 +100,7 @@ async def test_requests_for_the_public_domain_or_an_extra_allowed_host_are_serve
     assert response_message(response)["result"]["tools"]
 
 
+@pytest.mark.resource_server_only(reason=_PROXIED_RS_ONLY)
 @pytest.mark.parametrize("host", ["127.0.0.1", "mcp.example.com.evil.test", "localhost:8000"])
 async def test_any_other_host_is_refused_even_with_a_valid_token(
     proxied_http: httpx2.AsyncClient, proxied_token: str, host: str
@@ -102,6 +109,7 @@ async def test_any_other_host_is_refused_even_with_a_valid_token(
     assert response.status_code == 421
 
 
+@pytest.mark.resource_server_only(reason=_PROXIED_RS_ONLY)
 @pytest.mark.parametrize(
     ("origin", "status"),
     [(f"https://{PUBLIC_HOST}", 200), ("https://app.example.com", 200), ("https://evil.example", 403), ("null", 403)],
@@ -238,8 +246,8 @@ def small_limit_server(server_env: dict[str, str]) -> Iterator[RunningServer]:
 
 
 @pytest.fixture
-async def small_limit_token(devidp: DevIdP, small_limit_server: RunningServer) -> str:
-    return await devidp.token("edge-limit", resource=devidp.resources[0], audience=small_limit_server.mcp_url)
+async def small_limit_token(mcp_token: McpTokens, small_limit_server: RunningServer) -> str:
+    return await mcp_token("edge-limit", resource=small_limit_server.mcp_url)
 
 
 def _padded_request(size: int) -> tuple[dict[str, str], bytes]:
@@ -298,12 +306,12 @@ EXIT_MARGIN = 8.0  # process start-up noise on a loaded machine, not part of the
 
 
 async def test_sigterm_with_a_request_in_flight_exits_within_the_shutdown_timeout(
-    server_env: dict[str, str], devidp: DevIdP
+    server_env: dict[str, str], mcp_token: McpTokens
 ) -> None:
     port = free_port()
     env = {**server_env, "SHUTDOWN_TIMEOUT_SECONDS": str(SHUTDOWN_TIMEOUT)}
     with run_server(env, port=port, public_url=f"http://127.0.0.1:{port}") as running:
-        token = await devidp.token("edge-shutdown", resource=devidp.resources[0], audience=running.mcp_url)
+        token = await mcp_token("edge-shutdown", resource=running.mcp_url)
         headers, body = modern_request("subscriptions/listen", {"notifications": {"toolsListChanged": True}})
         headers["Authorization"] = f"Bearer {token}"
         # A listen stream never finishes on its own: the slowest request there is.

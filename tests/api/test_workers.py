@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import httpx2
 import pytest
 
-from tests.support.devidp import DevIdP
+from tests.support.auth_mode import McpTokens
 from tests.support.server import RunningServer, run_server
 from tests.support.waiting import free_port, wait_until
 from tests.support.wire import post, response_message
@@ -51,12 +51,12 @@ def _socket_inodes(pid: int) -> set[int]:
 
 
 async def test_every_worker_accepts_connections_on_the_one_port_and_serves_tool_calls(
-    workers: RunningServer, devidp: DevIdP
+    workers: RunningServer, mcp_token: McpTokens
 ) -> None:
     port = int(workers.base_url.rsplit(":", 1)[1])
     children = _children(workers.process.pid)
     assert len(children) == WORKERS
-    token = await devidp.token("worker-user", resource=devidp.resources[0], audience=workers.mcp_url)
+    token = await mcp_token("worker-user", resource=workers.mcp_url)
     held: list[socket.socket] = []
     try:
 

@@ -40,6 +40,8 @@ from tests.support.oauth import MemoryTokenStorage, Pkce
 from tests.support.server import RunningServer, run_server
 from tests.support.waiting import free_port
 
+pytestmark = pytest.mark.sets_own_auth_mode
+
 _audit = table_of(AuditEvent)
 _grants = table_of(AsGrant)
 _carts = table_of(Cart)

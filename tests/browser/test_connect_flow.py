@@ -34,6 +34,7 @@ from store.db import Database
 from store.models import AuditEvent, OAuthFlow, ProviderConnection, table_of
 from store.principal import Principal
 from store.vault import TokenSet
+from tests.support.auth_mode import McpTokens
 from tests.support.browser import BrowserUser, BrowserUserFactory, Landing, LinkOpener
 from tests.support.devidp import DEMO_CLIENT_ID, LOGIN_CLIENT_ID, DevIdP, devidp_clients, start_devidp
 from tests.support.mcp_client import McpClientFactory, connect, text_of
@@ -127,8 +128,10 @@ def _handle(url: str) -> str:
 
 
 @asynccontextmanager
-async def _client_to(server: RunningServer, devidp: DevIdP, resource: str, username: str) -> AsyncIterator[Client]:
-    token = await devidp.token(username, resource=resource)
+async def _client_to(
+    server: RunningServer, mcp_token: McpTokens, resource: str, username: str
+) -> AsyncIterator[Client]:
+    token = await mcp_token(username, resource=resource)
     async with connect(server.mcp_url, token, elicitation_callback=_never_called) as client:
         yield client
 
@@ -359,14 +362,14 @@ async def test_a_failing_code_exchange_ends_the_flow_as_failed_with_a_readable_p
 async def test_a_retry_while_the_user_is_still_in_the_browser_waits_then_asks_again_with_the_same_link(
     server_env: dict[str, str],
     public_url: str,
-    devidp: DevIdP,
+    mcp_token: McpTokens,
     browser_user: BrowserUserFactory,
     database: Database,
     server: RunningServer,
 ) -> None:
     username = _fresh("dawdler")
     with another_instance(server_env, public_url=public_url, CONNECT_WAIT_SECONDS="1") as quick:
-        async with _client_to(quick, devidp, server.mcp_url, username) as client:
+        async with _client_to(quick, mcp_token, server.mcp_url, username) as client:
             first, url = await _round_one(client)
             started = asyncio.get_running_loop().time()
             pending = await _retry(client, first)
@@ -430,6 +433,7 @@ async def test_two_instances_refreshing_an_expired_token_at_once_reach_the_provi
     browser_user: BrowserUserFactory,
     database: Database,
     devidp: DevIdP,
+    mcp_token: McpTokens,
     server: RunningServer,
     server_env: dict[str, str],
     public_url: str,
@@ -446,8 +450,8 @@ async def test_two_instances_refreshing_an_expired_token_at_once_reach_the_provi
             )
         await devidp.reset_stats()
         async with (
-            _client_to(server, devidp, server.mcp_url, person.username) as one,
-            _client_to(second, devidp, server.mcp_url, person.username) as two,
+            _client_to(server, mcp_token, server.mcp_url, person.username) as one,
+            _client_to(second, mcp_token, server.mcp_url, person.username) as two,
         ):
             results = await asyncio.gather(
                 one.call_tool("connection_whoami", WHOAMI), two.call_tool("connection_whoami", WHOAMI)
@@ -509,7 +513,7 @@ async def test_a_token_copied_into_another_users_row_does_not_open_and_a_new_fir
     wire_mcp_client: McpClientFactory,
     browser_user: BrowserUserFactory,
     database: Database,
-    devidp: DevIdP,
+    mcp_token: McpTokens,
     server: RunningServer,
     server_env: dict[str, str],
     public_url: str,
@@ -524,7 +528,7 @@ async def test_a_token_copied_into_another_users_row_does_not_open_and_a_new_fir
     # Rotation: an instance whose ring has a new first key still reads rows sealed under the old one.
     new_first = ",".join([uuid.uuid4().hex + uuid.uuid4().hex, token_encryption_keys])
     with another_instance(server_env, public_url=public_url, TOKEN_ENCRYPTION_KEYS=new_first) as rotated:
-        async with _client_to(rotated, devidp, server.mcp_url, victim.username) as client:
+        async with _client_to(rotated, mcp_token, server.mcp_url, victim.username) as client:
             read = await client.call_tool("connection_whoami", WHOAMI)
     assert _profile_subject(read) == victim.username
 

@@ -13,7 +13,7 @@ import httpx2
 import pytest
 from playwright.async_api import Browser
 
-from tests.support.devidp import DevIdP
+from tests.support.auth_mode import McpTokens
 from tests.support.server import RunningServer, run_server
 from tests.support.waiting import free_port
 
@@ -100,9 +100,9 @@ def cors_server(server_env: dict[str, str], page_origins: tuple[PageOrigin, Page
         yield running
 
 
-async def _token(devidp: DevIdP, server: RunningServer) -> str:
+async def _token(mcp_token: McpTokens, server: RunningServer) -> str:
     # The session's dev IdP lists another resource; `audience` names this server's.
-    return await devidp.token(f"cors-{uuid.uuid4().hex[:8]}", resource=devidp.resources[0], audience=server.mcp_url)
+    return await mcp_token(f"cors-{uuid.uuid4().hex[:8]}", resource=server.mcp_url)
 
 
 async def _on_page(chromium: Browser, page_url: str, script: str, argument: object) -> dict[str, Any]:
@@ -117,10 +117,10 @@ async def _on_page(chromium: Browser, page_url: str, script: str, argument: obje
 
 
 async def test_a_page_on_an_allowed_origin_lists_tools_with_a_token(
-    chromium: Browser, cors_server: RunningServer, devidp: DevIdP, page_origins: tuple[PageOrigin, PageOrigin]
+    chromium: Browser, cors_server: RunningServer, mcp_token: McpTokens, page_origins: tuple[PageOrigin, PageOrigin]
 ) -> None:
     allowed, _ = page_origins
-    token = await _token(devidp, cors_server)
+    token = await _token(mcp_token, cors_server)
     result = await _on_page(
         chromium, allowed.page_url, "([url, token]) => mcp(url, token, 'tools/list')", [cors_server.mcp_url, token]
     )
@@ -147,10 +147,10 @@ async def test_a_page_on_an_allowed_origin_reads_the_401_challenge_and_the_resou
 
 
 async def test_a_page_on_a_foreign_origin_is_refused_but_may_read_the_public_metadata(
-    chromium: Browser, cors_server: RunningServer, devidp: DevIdP, page_origins: tuple[PageOrigin, PageOrigin]
+    chromium: Browser, cors_server: RunningServer, mcp_token: McpTokens, page_origins: tuple[PageOrigin, PageOrigin]
 ) -> None:
     _, foreign = page_origins
-    token = await _token(devidp, cors_server)
+    token = await _token(mcp_token, cors_server)
     refused = await _on_page(
         chromium, foreign.page_url, "([url, token]) => mcp(url, token, 'tools/list')", [cors_server.mcp_url, token]
     )
@@ -162,10 +162,10 @@ async def test_a_page_on_a_foreign_origin_is_refused_but_may_read_the_public_met
 
 
 async def test_the_foreign_origin_gets_403_on_the_wire_and_the_allowed_preflight_names_every_mcp_header(
-    cors_server: RunningServer, devidp: DevIdP, page_origins: tuple[PageOrigin, PageOrigin]
+    cors_server: RunningServer, mcp_token: McpTokens, page_origins: tuple[PageOrigin, PageOrigin]
 ) -> None:
     allowed, foreign = page_origins
-    token = await _token(devidp, cors_server)
+    token = await _token(mcp_token, cors_server)
     requested = "authorization, content-type, mcp-protocol-version, mcp-method, mcp-name, mcp-param-region, x-other"
     async with httpx2.AsyncClient(timeout=30) as http:
         preflight = await http.options(

@@ -33,6 +33,7 @@ from sqlalchemy import func, select, text, update
 from store.db import Database
 from store.models import ProviderConnection, table_of
 from tests.support import figures
+from tests.support.auth_mode import McpTokens
 from tests.support.browser import BrowserUserFactory, LinkOpener
 from tests.support.devidp import DevIdP
 from tests.support.mcp_client import McpClientFactory, connect, text_of
@@ -98,6 +99,7 @@ async def test_a_slow_provider_refreshes_once_answers_every_caller_and_does_not_
     browser_user: BrowserUserFactory,
     database: Database,
     devidp: DevIdP,
+    mcp_token: McpTokens,
     server_env: dict[str, str],
     public_url: str,
 ) -> None:
@@ -110,8 +112,8 @@ async def test_a_slow_provider_refreshes_once_answers_every_caller_and_does_not_
     await opener.landing()
 
     resource = f"{public_url}/mcp"
-    alice_token = await devidp.token(alice_name, resource=resource)
-    bob_token = await devidp.token(bob_name, resource=resource)
+    alice_token = await mcp_token(alice_name, resource=resource)
+    bob_token = await mcp_token(bob_name, resource=resource)
     with (
         another_instance(server_env, public_url=public_url, **POOL) as one,
         another_instance(server_env, public_url=public_url, **POOL) as two,

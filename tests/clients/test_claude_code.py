@@ -15,8 +15,8 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from store.db import Database
+from tests.support.auth_mode import McpTokens
 from tests.support.browser import BrowserUserFactory
-from tests.support.devidp import DevIdP
 from tests.support.mcp_client import call_ok, connect
 from tests.support.node import NodeClients, pinned_client_version
 from tests.support.server import RunningServer
@@ -71,9 +71,9 @@ def test_claude_code_is_the_pinned_version(clients: NodeClients, tmp_path: Path)
 
 
 async def test_claude_code_connects_with_a_bearer_header_and_needs_authentication_without(
-    clients: NodeClients, server: RunningServer, devidp: DevIdP, tmp_path: Path
+    clients: NodeClients, server: RunningServer, mcp_token: McpTokens, tmp_path: Path
 ) -> None:
-    token = await devidp.token(f"claude-{uuid.uuid4().hex[:8]}", resource=server.mcp_url)
+    token = await mcp_token(f"claude-{uuid.uuid4().hex[:8]}", resource=server.mcp_url)
     added = _claude(
         clients,
         tmp_path,

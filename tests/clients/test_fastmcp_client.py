@@ -7,16 +7,16 @@ from typing import Any
 import anyio
 from fastmcp import Client
 
-from tests.support.devidp import DevIdP
+from tests.support.auth_mode import McpTokens
 from tests.support.server import RunningServer
 
 BOUND = 90.0
 
 
 async def test_fastmcp_runs_the_cart_flow_and_checks_out_through_its_input_required_loop(
-    server: RunningServer, devidp: DevIdP
+    server: RunningServer, mcp_token: McpTokens
 ) -> None:
-    token = await devidp.token(f"fastmcp-{uuid.uuid4().hex[:8]}", resource=server.mcp_url)
+    token = await mcp_token(f"fastmcp-{uuid.uuid4().hex[:8]}", resource=server.mcp_url)
     questions: list[str] = []
 
     async def confirm(message: str, response_type: Any, params: Any, context: Any) -> dict[str, bool]:

@@ -7,7 +7,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from tests.support.devidp import DevIdP
+from tests.support.auth_mode import McpTokens
 from tests.support.node import NodeClients, pinned_client_version
 from tests.support.server import RunningServer
 
@@ -45,9 +45,9 @@ def test_the_inspector_is_the_pinned_version(clients: NodeClients, tmp_path: Pat
 
 
 async def test_the_inspector_cli_lists_tools_creates_a_cart_and_views_it_by_its_handle(
-    clients: NodeClients, server: RunningServer, devidp: DevIdP, tmp_path: Path
+    clients: NodeClients, server: RunningServer, mcp_token: McpTokens, tmp_path: Path
 ) -> None:
-    token = await devidp.token(f"inspector-{uuid.uuid4().hex[:8]}", resource=server.mcp_url)
+    token = await mcp_token(f"inspector-{uuid.uuid4().hex[:8]}", resource=server.mcp_url)
     listed = _inspect(clients, tmp_path, server.mcp_url, token, "--method", "tools/list")
     names = {tool["name"] for tool in listed["tools"]}
     assert {"catalog_search", "cart_create", "cart_view", "cart_checkout"} <= names
@@ -76,9 +76,9 @@ async def test_the_inspector_cli_lists_tools_creates_a_cart_and_views_it_by_its_
 
 
 async def test_checkout_through_the_inspector_cli_is_refused_because_it_declares_no_elicitation(
-    clients: NodeClients, server: RunningServer, devidp: DevIdP, tmp_path: Path
+    clients: NodeClients, server: RunningServer, mcp_token: McpTokens, tmp_path: Path
 ) -> None:
-    token = await devidp.token(f"inspector-{uuid.uuid4().hex[:8]}", resource=server.mcp_url)
+    token = await mcp_token(f"inspector-{uuid.uuid4().hex[:8]}", resource=server.mcp_url)
     created = _inspect(clients, tmp_path, server.mcp_url, token, "--method", "tools/call", "--tool-name", "cart_create")
     cart_id = created["structuredContent"]["cart_id"]
     checkout = ["--method", "tools/call", "--tool-name", "cart_checkout", "--tool-arg", f"cart_id={cart_id}"]

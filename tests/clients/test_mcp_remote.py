@@ -9,7 +9,7 @@ import anyio
 from mcp import Client, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
-from tests.support.devidp import DevIdP
+from tests.support.auth_mode import McpTokens
 from tests.support.mcp_client import cart_with_first_product
 from tests.support.node import NodeClients
 from tests.support.server import RunningServer
@@ -18,9 +18,9 @@ BOUND = 90.0
 
 
 async def test_the_sdk_stdio_client_runs_the_cart_flow_through_mcp_remote(
-    clients: NodeClients, server: RunningServer, devidp: DevIdP, tmp_path: Path
+    clients: NodeClients, server: RunningServer, mcp_token: McpTokens, tmp_path: Path
 ) -> None:
-    token = await devidp.token(f"remote-{uuid.uuid4().hex[:8]}", resource=server.mcp_url)
+    token = await mcp_token(f"remote-{uuid.uuid4().hex[:8]}", resource=server.mcp_url)
     bridge = StdioServerParameters(
         command=str(clients.node),
         args=[

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from tests.support import figures
-from tests.support.devidp import DevIdP
+from tests.support.auth_mode import McpTokens
 from tests.support.node import INTEROP_DIR, TS_CLIENT_SCRIPT, ensure_typescript_client
 from tests.support.server import RunningServer
 
@@ -33,9 +33,9 @@ def node() -> Path:
 
 
 async def _drive(
-    node: Path, scenario: str, server: RunningServer, devidp: DevIdP, *, expected_version: str = "2026-07-28"
+    node: Path, scenario: str, server: RunningServer, mcp_token: McpTokens, *, expected_version: str = "2026-07-28"
 ) -> dict[str, Any]:
-    token = await devidp.token(f"ts-{uuid.uuid4().hex[:10]}", resource=server.mcp_url)
+    token = await mcp_token(f"ts-{uuid.uuid4().hex[:10]}", resource=server.mcp_url)
     started = time.monotonic()
     process = await asyncio.create_subprocess_exec(
         str(node),
@@ -69,9 +69,9 @@ def _steps(transcript: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 async def test_the_typescript_client_negotiates_2026_07_28_and_drives_the_whole_cart_flow(
-    node: Path, server: RunningServer, devidp: DevIdP
+    node: Path, server: RunningServer, mcp_token: McpTokens
 ) -> None:
-    transcript = await _drive(node, "cart-flow", server, devidp)
+    transcript = await _drive(node, "cart-flow", server, mcp_token)
     steps = _steps(transcript)
     cart_id = transcript["cartId"]
     first_sku, _ = transcript["skus"]
@@ -94,9 +94,9 @@ async def test_the_typescript_client_negotiates_2026_07_28_and_drives_the_whole_
 
 
 async def test_the_typescript_client_completes_checkout_through_its_own_input_required_loop(
-    node: Path, server: RunningServer, devidp: DevIdP
+    node: Path, server: RunningServer, mcp_token: McpTokens
 ) -> None:
-    transcript = await _drive(node, "checkout", server, devidp)
+    transcript = await _drive(node, "checkout", server, mcp_token)
     steps = _steps(transcript)
 
     # Round 1 reached the client's elicitation handler as one form question {confirm: boolean}.
@@ -127,11 +127,11 @@ async def test_the_typescript_client_completes_checkout_through_its_own_input_re
 
 
 async def test_the_typescript_client_with_default_options_speaks_2025_11_25_and_is_told_checkout_needs_2026_07_28(
-    node: Path, server: RunningServer, devidp: DevIdP
+    node: Path, server: RunningServer, mcp_token: McpTokens
 ) -> None:
     # The TypeScript client negotiates the modern era only when asked (versionNegotiation); by default
     # it runs the 2025-11-25 initialize handshake, which Coatcheck serves on the same endpoint.
-    transcript = await _drive(node, "legacy-default", server, devidp, expected_version="2025-11-25")
+    transcript = await _drive(node, "legacy-default", server, mcp_token, expected_version="2025-11-25")
     steps = _steps(transcript)
 
     assert set(transcript["tools"]) >= CART_TOOLS

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.support.devidp import DevIdP
+from tests.support.auth_mode import McpTokens
 from tests.support.processes import answers_ok, stop_process
 from tests.support.waiting import free_port, wait_until
 
@@ -36,7 +36,7 @@ class ProxiedServer:
 
     public_url: str  # the proxy: what clients (and the suite) talk to; also the server's PUBLIC_URL
     upstream_url: str  # the Coatcheck process itself
-    token: str
+    token_file: Path  # what the proxy adds as the bearer token (read at every request)
     exchange_log: Path
     server_log: Path
 
@@ -53,14 +53,23 @@ class ProxiedServer:
     def server_log_text(self) -> str:
         return self.server_log.read_text(errors="replace")
 
+    def set_token(self, token: str) -> None:
+        """From now on the proxy adds ``token`` to every request."""
+        self.token_file.write_text(token)
+
 
 @contextlib.contextmanager
 def run_behind_token_proxy(
-    server_command: Sequence[str], server_env: dict[str, str], *, token: str, proxy_port: int, workdir: Path
+    server_command: Sequence[str], server_env: dict[str, str], *, proxy_port: int, workdir: Path
 ) -> Iterator[ProxiedServer]:
-    """Start the server command on a free port and the token proxy on ``proxy_port`` in front of it."""
+    """Start the server command on a free port and the token proxy on ``proxy_port`` in front of it.
+
+    The proxy adds no token until :meth:`ProxiedServer.set_token`.
+    """
     upstream_port = free_port()
     public_url = f"http://127.0.0.1:{proxy_port}"
+    token_file = workdir / "bearer-token"
+    token_file.write_text("")
     server_log = workdir / "server.log"
     exchange_log = workdir / "exchanges.jsonl"
     with server_log.open("wb") as server_out, (workdir / "proxy.log").open("wb") as proxy_out:
@@ -76,14 +85,14 @@ def run_behind_token_proxy(
             env={
                 **os.environ,
                 "PROXY_UPSTREAM": f"http://127.0.0.1:{upstream_port}",
-                "PROXY_BEARER_TOKEN": token,
+                "PROXY_BEARER_TOKEN_FILE": str(token_file),
                 "PROXY_EXCHANGE_LOG": str(exchange_log),
             },
             stdout=proxy_out,
             stderr=subprocess.STDOUT,
             cwd=REPO_ROOT,
         )
-        running = ProxiedServer(public_url, f"http://127.0.0.1:{upstream_port}", token, exchange_log, server_log)
+        running = ProxiedServer(public_url, f"http://127.0.0.1:{upstream_port}", token_file, exchange_log, server_log)
         try:
             try:
                 wait_until(
@@ -100,17 +109,18 @@ def run_behind_token_proxy(
             stop_process(server, timeout=STOP_TIMEOUT)
 
 
-async def proxy_token(devidp: DevIdP, public_url: str) -> str:
-    """A token the dev IdP signs for the MCP resource as clients see it: the proxy's URL."""
-    return await devidp.token("conformance-suite", resource=devidp.resources[0], audience=f"{public_url}/mcp")
-
-
 @contextlib.asynccontextmanager
 async def proxied_profile(
-    profile: Sequence[str], server_env: dict[str, str], devidp: DevIdP, workdir: Path
+    profile: Sequence[str], server_env: dict[str, str], mcp_token: McpTokens, workdir: Path
 ) -> AsyncIterator[ProxiedServer]:
-    """``profile`` (``CONFORMANCE_PROFILE`` or ``PRODUCTION_PROFILE``) behind the token proxy on a free port."""
-    proxy_port = free_port()
-    token = await proxy_token(devidp, f"http://127.0.0.1:{proxy_port}")
-    with run_behind_token_proxy(profile, server_env, token=token, proxy_port=proxy_port, workdir=workdir) as running:
+    """``profile`` (``CONFORMANCE_PROFILE`` or ``PRODUCTION_PROFILE``) behind the token proxy on a free port.
+
+    The proxy's token is for the MCP resource as clients see it, the proxy's URL, and is obtained in the run's
+    auth mode (:mod:`tests.support.auth_mode`; in authorization-server mode, through the proxy from the
+    server itself) before the suite starts.
+    """
+    with run_behind_token_proxy(profile, server_env, proxy_port=free_port(), workdir=workdir) as running:
+        running.set_token(await mcp_token("conformance-suite", resource=running.mcp_url))
+        exchange_log = running.exchange_log
+        exchange_log.unlink(missing_ok=True)  # keep only what the tests send
         yield running

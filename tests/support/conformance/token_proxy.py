@@ -15,7 +15,8 @@ against the server directly. Each forwarded exchange is appended to ``PROXY_EXCH
 
 Run::
 
-    PROXY_UPSTREAM=http://127.0.0.1:8000 PROXY_BEARER_TOKEN=... python -m tests.support.conformance.token_proxy --port N
+    PROXY_UPSTREAM=http://127.0.0.1:8000 PROXY_BEARER_TOKEN_FILE=token.txt \
+        python -m tests.support.conformance.token_proxy --port N
 """
 
 import argparse
@@ -44,9 +45,11 @@ _HOP_BY_HOP = {
 class TokenProxy:
     """ASGI app: forward to ``upstream`` with ``Authorization: Bearer <token>``, streaming the response."""
 
-    def __init__(self, upstream: str, token: str, exchange_log: Path | None) -> None:
+    def __init__(self, upstream: str, token_file: Path, exchange_log: Path | None) -> None:
         self._upstream = upstream.rstrip("/")
-        self._token = token
+        # Read at every request: the test writes the token once the server is up (in authorization-server
+        # mode the server itself issues it); while the file is empty nothing is added.
+        self._token_file = token_file
         self._exchange_log = exchange_log
         self._http = httpx2.AsyncClient(timeout=httpx2.Timeout(60.0, read=None), follow_redirects=False)
 
@@ -70,7 +73,9 @@ class TokenProxy:
             for key, value in scope["headers"]
             if key not in _HOP_BY_HOP and key != b"authorization"
         ]
-        headers.append(("Authorization", f"Bearer {self._token}"))
+        token = self._token_file.read_text().strip()
+        if token:
+            headers.append(("Authorization", f"Bearer {token}"))
         query = scope.get("query_string", b"").decode("latin-1")
         url = self._upstream + scope["raw_path"].decode("latin-1").split("?")[0] + (f"?{query}" if query else "")
         request = self._http.build_request(scope["method"], url, headers=headers, content=bytes(body))
@@ -147,7 +152,7 @@ def main() -> None:
     exchange_log = os.environ.get("PROXY_EXCHANGE_LOG")
     app = TokenProxy(
         os.environ["PROXY_UPSTREAM"],
-        os.environ["PROXY_BEARER_TOKEN"],
+        Path(os.environ["PROXY_BEARER_TOKEN_FILE"]),
         Path(exchange_log) if exchange_log else None,
     )
     uvicorn.run(

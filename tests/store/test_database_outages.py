@@ -38,7 +38,8 @@ async def _run(conn: AsyncConnection, way: Way, sql: str, params: dict[str, obje
     """``sql``'s rows, run through SQLAlchemy's ``execute`` or compiled once and run on the driver."""
     if way == "compiled":
         return [tuple(row) for row in await fetch(conn, Compiled(text(sql)), params or {})]
-    return [tuple(row) for row in (await conn.execute(text(sql), params or {})).all()]
+    result = await conn.execute(text(sql), params or {})
+    return [tuple(row) for row in result.all()] if result.returns_rows else []
 
 
 async def _backend(database: Database, way: Way = "sqlalchemy") -> int:

@@ -53,7 +53,7 @@ class Compiled:
     ``None``, ``timedelta``, timestamps): a statement with a bind processor (JSON, enums, …) is refused here.
     """
 
-    __slots__ = ("names", "sql", "statement")
+    __slots__ = ("defaults", "names", "sql", "statement")
 
     def __init__(self, statement: Executable) -> None:
         compiled = cast(SQLCompiler, cast(ClauseElement, statement).compile(dialect=_DIALECT))
@@ -62,6 +62,18 @@ class Compiled:
         self.statement = statement
         self.sql: str = compiled.string
         self.names: tuple[str, ...] = tuple(compiled.positiontup or ())
+        # Values the statement carries itself (a literal SQLAlchemy turned into a bind, such as a LIMIT 1).
+        self.defaults: dict[str, object] = {
+            name: bind.effective_value
+            for name, bind in compiled.binds.items()
+            if name in self.names and not bind.required
+        }
+
+    def args(self, params: Mapping[str, object]) -> list[object]:
+        """The values for ``$1``, ``$2``, … from ``params`` (by bind name) and the statement's own."""
+        if self.defaults:
+            params = {**self.defaults, **params}
+        return [params[name] for name in self.names]
 
 
 class _Context:
@@ -111,7 +123,7 @@ async def fetch(conn: AsyncConnection, statement: Compiled, params: Mapping[str,
     sync = conn.sync_connection
     if sync is None or not _direct(sync):
         return (await conn.execute(statement.statement, dict(params))).all()
-    args = [params[name] for name in statement.names]
+    args = statement.args(params)
     fairy = sync.connection
     driver = fairy.driver_connection
     context = _Context(statement.sql, args)

@@ -122,7 +122,8 @@ async def fetch(conn: AsyncConnection, statement: Compiled, params: Mapping[str,
     """
     sync = conn.sync_connection
     if sync is None or not _direct(sync):
-        return (await conn.execute(statement.statement, dict(params))).all()
+        result = await conn.execute(statement.statement, dict(params))
+        return result.all() if result.returns_rows else []
     args = statement.args(params)
     fairy = sync.connection
     driver = fairy.driver_connection

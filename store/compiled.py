@@ -127,18 +127,16 @@ async def fetch(conn: AsyncConnection, statement: Compiled, params: Mapping[str,
     args = statement.args(params)
     fairy = sync.connection
     driver = fairy.driver_connection
-    context = _Context(statement.sql, args)
-    listening = (
-        sync._has_events or sync.engine._has_events
-    )  # SQLAlchemy's own "any listeners?" flag, checked per execute
-    if listening:
+    # SQLAlchemy's own "any listeners?" check, as before each execute: without listeners nothing more is built.
+    context = _Context(statement.sql, args) if sync._has_events or sync.engine._has_events else None
+    if context is not None:
         sync.dispatch.before_cursor_execute(sync, None, statement.sql, args, context, False)
     try:
         rows: list[Any] = await driver.fetch(statement.sql, *args, record_class=AttributeRecord)  # type: ignore[union-attr]
     except Exception as exc:
-        await _failed(conn, sync, fairy, context, exc)
+        await _failed(conn, sync, fairy, context or _Context(statement.sql, args), exc)
         raise
-    if listening:
+    if context is not None:
         sync.dispatch.after_cursor_execute(sync, None, statement.sql, args, context, False)
     return rows
 

@@ -1,4 +1,4 @@
-"""The store's hot statements run two ways: through SQLAlchemy's ``AsyncConnection`` and on asyncpg directly.
+"""The store's hot statements run three ways: through ``AsyncConnection``, as the store runs them, on asyncpg's pool.
 
     python -m bench.store_driver [--callers 16] [--calls 3000] [--rounds 6]
 
@@ -9,13 +9,16 @@ same unit of work: a pooled connection (pool of 10, checkout timeout 5 s, sessio
 connection), shielded from cancellation, errors translated to ``Unavailable``, one statement, the rows
 fetched, the connection returned.
 
-- ``sqlalchemy``: ``Database.one_statement()`` + ``conn.execute(stmt, params).all()``, as the tools do;
+- ``sqlalchemy``: ``Database.one_statement()`` + ``conn.execute(stmt, params).all()``, as the tools did
+  before issue 20 item 3;
+- ``store``: ``Database.one_statement()`` + ``store.compiled.fetch`` (the statement compiled once, run on the
+  asyncpg connection under SQLAlchemy's pooled one), as the tools do now;
 - ``asyncpg``: ``asyncpg.Pool.acquire()`` + ``Connection.fetch(sql, *args)`` under the same shield and
-  translation (the change item 3 of issue 20 describes; not what ``store/db.py`` runs today).
+  translation, on a second pool of asyncpg's own (the floor: no SQLAlchemy at all).
 
 ``--callers`` tasks share the pool (16: as many as the HTTP bench's connections). CPU per call is this
 process's CPU time ÷ calls (PostgreSQL's own work is in its processes, not here); rounds alternate the two
-ways so that machine noise hits both alike; the report is the median [range] over rounds.
+ways so that machine noise hits all alike; the report is the median [range] over rounds.
 """
 
 import argparse
@@ -31,6 +34,7 @@ import asyncpg
 from sqlalchemy.dialects.postgresql.asyncpg import dialect as asyncpg_dialect
 
 from bench.__main__ import _dsn, bench_database
+from store import compiled as store_compiled
 from store.carts import _SET_ITEM, _VIEW, CartRepository
 from store.db import Database, SessionSettings
 from store.errors import Unavailable
@@ -70,6 +74,11 @@ async def direct_call(pool: asyncpg.Pool, compiled: Compiled, params: dict[str, 
 async def sqlalchemy_call(db: Database, statement: Any, params: dict[str, object]) -> list[Any]:
     async with db.one_statement() as conn:
         return list((await conn.execute(statement, params)).all())
+
+
+async def store_call(db: Database, compiled: store_compiled.Compiled, params: dict[str, object]) -> list[Any]:
+    async with db.one_statement() as conn:
+        return list(await store_compiled.fetch(conn, compiled, params))
 
 
 async def cpu_per_call(callers: int, calls: int, one: Callable[[int], Awaitable[object]]) -> float:
@@ -112,8 +121,10 @@ async def run(url: str, args: argparse.Namespace) -> None:
             # Both ways return the same rows (values and order).
             via_sa = [tuple(r) for r in await sqlalchemy_call(db, statement, params[0])]
             via_pg = [tuple(r) for r in await direct_call(pool, compiled, params[0])]
-            if name.startswith("cart_view") and via_sa != via_pg:
-                raise RuntimeError(f"{name}: the two ways disagree: {via_sa} != {via_pg}")
+            via_store = [tuple(r) for r in await store_call(db, store_compiled.Compiled(statement), params[0])]
+            if name.startswith("cart_view") and not via_sa == via_pg == via_store:
+                raise RuntimeError(f"{name}: the ways disagree: {via_sa} != {via_pg} != {via_store}")
+            in_store = store_compiled.Compiled(statement)
 
             def through_sqlalchemy(
                 i: int, s: Any = statement, p: list[dict[str, object]] = params
@@ -123,7 +134,12 @@ async def run(url: str, args: argparse.Namespace) -> None:
             def on_asyncpg(i: int, c: Compiled = compiled, p: list[dict[str, object]] = params) -> Awaitable[object]:
                 return direct_call(pool, c, p[i])
 
-            ways = {"sqlalchemy": through_sqlalchemy, "asyncpg": on_asyncpg}
+            def as_the_store(
+                i: int, c: store_compiled.Compiled = in_store, p: list[dict[str, object]] = params
+            ) -> Awaitable[object]:
+                return store_call(db, c, p[i])
+
+            ways = {"sqlalchemy": through_sqlalchemy, "store": as_the_store, "asyncpg": on_asyncpg}
             for one in ways.values():  # warm-up: every pooled connection open, every statement prepared
                 await cpu_per_call(args.callers, args.callers * 20, one)
             results: dict[str, list[float]] = {way: [] for way in ways}
@@ -131,11 +147,15 @@ async def run(url: str, args: argparse.Namespace) -> None:
                 order = list(ways.items()) if round_no % 2 == 0 else list(reversed(ways.items()))
                 for way, one in order:
                     results[way].append(await cpu_per_call(args.callers, args.calls, one))
-            ratio = [a / s for a, s in zip(results["asyncpg"], results["sqlalchemy"], strict=True)]
+            ratios = {
+                way: [a / s for a, s in zip(results[way], results["sqlalchemy"], strict=True)]
+                for way in ("store", "asyncpg")
+            }
             print(f"\n{name}: CPU µs per call, {args.callers} callers, pool {POOL_SIZE}, {args.rounds} rounds")
             for way, values in results.items():
                 print(f"  {way:12} {statistics.median(values):7.1f} [{min(values):.1f}-{max(values):.1f}]")
-            print(f"  asyncpg / sqlalchemy  {statistics.median(ratio):.2f} [{min(ratio):.2f}-{max(ratio):.2f}]")
+            for way, ratio in ratios.items():
+                print(f"  {way} / sqlalchemy  {statistics.median(ratio):.2f} [{min(ratio):.2f}-{max(ratio):.2f}]")
     finally:
         await pool.close()
         await db.dispose()

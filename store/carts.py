@@ -16,6 +16,7 @@ from typing import Any, Literal
 from sqlalchemy import Row, bindparam, delete, func, select, text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from store.compiled import Compiled, fetch
 from store.errors import Conflict, InvalidInput, NotFound
 from store.handles import is_well_formed, new_handle
 from store.lines import CartLine, cart_lines, line_counts
@@ -260,6 +261,11 @@ WHERE principal_iss = CAST(:p_iss AS text) AND principal_sub = CAST(:p_sub AS te
 """
 )
 _DELETE = delete(_cart).where(_cart.c.handle == bindparam("p_handle"), _OWNED).returning(_cart.c.id)
+# What the one-statement tools run: compiled once for asyncpg and executed on the driver (store/compiled.py).
+_VIEW_SQL = Compiled(_VIEW)
+_SET_ITEM_SQL = Compiled(_SET_ITEM)
+_CREATE_SQL = Compiled(_CREATE)
+_DELETE_SQL = Compiled(_DELETE)
 
 
 class CartRepository:
@@ -292,7 +298,7 @@ class CartRepository:
             "p_max_open": max_open,
         }
         for _ in range(_WRITE_ATTEMPTS):
-            reused, created, below_cap = (await self._conn.execute(_CREATE, params)).one()
+            reused, created, below_cap = (await fetch(self._conn, _CREATE_SQL, params))[0]
             if reused is not None:
                 return str(reused)
             if created is not None:
@@ -313,7 +319,7 @@ class CartRepository:
         Raises:
             NotFound: the handle names no cart of this principal.
         """
-        rows = await owned_rows(self._conn, _VIEW, principal, kind="cart", prefix=CART_PREFIX, handle=handle)
+        rows = await owned_rows(self._conn, _VIEW_SQL, principal, kind="cart", prefix=CART_PREFIX, handle=handle)
         return _view_of(handle, rows[0].status, rows)
 
     async def set_item(
@@ -351,7 +357,7 @@ class CartRepository:
             "p_max_lines": max_lines,
         }
         for _ in range(_WRITE_ATTEMPTS):
-            rows = (await self._conn.execute(_SET_ITEM, params)).all()
+            rows = await fetch(self._conn, _SET_ITEM_SQL, params)
             if rows:
                 return _view_of(handle, "open", rows)
             await self._explain_refused(params, expected_version, max_lines)
@@ -405,5 +411,4 @@ class CartRepository:
         """
         if not is_well_formed(handle, CART_PREFIX):
             return False
-        result = await self._conn.execute(_DELETE, {"p_handle": handle, **principal_params(principal)})
-        return result.scalar_one_or_none() is not None
+        return bool(await fetch(self._conn, _DELETE_SQL, {"p_handle": handle, **principal_params(principal)}))

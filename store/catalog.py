@@ -7,6 +7,7 @@ from sqlalchemy import Row, Text, and_, bindparam, func, literal, or_, select, t
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from store.compiled import Compiled, fetch
 from store.models import Product, table_of
 
 _product = table_of(Product)
@@ -56,7 +57,6 @@ _IN_PREFIX = and_(bindparam("p_lo") <= _SKU_CI, bindparam("p_hi") > _SKU_CI)
 
 # The catalog on sale in sku order: a walk of the primary key.
 _LIST_ALL = select(*_COLUMNS).where(_SOLD).order_by(_product.c.sku).limit(bindparam("p_limit"))
-
 # A search is two groups, each served by an index with bounded work, in one statement:
 #  1. skus starting with the query (case-insensitively), in lower-cased sku order: a range of
 #     ix_product_sku_ci_prefix (lower(sku) COLLATE "C", sku COLLATE "C" WHERE active), at most limit + 1 entries;
@@ -97,6 +97,9 @@ _SEARCH = union_all(
     select(literal(0).label("grp"), *_PREFIXED.c),
     select(literal(1).label("grp"), *_first_contained.c),
 ).limit(bindparam("p_limit"))
+# catalog_search's lone statement either way, run on the driver (store/compiled.py).
+_LIST_ALL_SQL = Compiled(_LIST_ALL)
+_SEARCH_SQL = Compiled(_SEARCH)
 
 
 def _product_of(row: Row[*tuple[Any, ...]]) -> ProductRow:
@@ -113,11 +116,11 @@ async def search_products(conn: AsyncConnection, query: str, limit: int) -> Sear
     (narrow the query, or raise ``limit``).
     """
     if not query:
-        listed = (await conn.execute(_LIST_ALL, {"p_limit": limit + 1})).all()
+        listed = await fetch(conn, _LIST_ALL_SQL, {"p_limit": limit + 1})
         return SearchResult(products=[_product_of(row) for row in listed[:limit]], more=len(listed) > limit)
     lo, hi = _prefix_range(query) or ("", "")  # an empty range matches nothing
     params = {"p_lo": lo, "p_hi": hi, "p_pattern": f"%{_escape_like(query)}%", "p_limit": limit + 1}
-    rows = sorted((await conn.execute(_SEARCH, params)).all(), key=lambda row: int(row.grp))  # stable: groups in order
+    rows = sorted(await fetch(conn, _SEARCH_SQL, params), key=lambda row: int(row.grp))  # stable: groups in order
     products = [_product_of(row) for row in rows[:limit]]
     return SearchResult(products=products, more=len(rows) > limit)
 

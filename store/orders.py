@@ -42,6 +42,7 @@ from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from store.carts import CART_LINES, CART_PREFIX, PRICED_LINE_COLUMNS, CartStatus
+from store.compiled import Compiled
 from store.errors import Conflict, InvalidInput, NotFound
 from store.handles import is_well_formed, new_handle
 from store.lines import CartLine, PricedLine, cart_lines, line_counts, priced_lines
@@ -276,6 +277,7 @@ _VIEW = (
     .where(_order.c.handle == bindparam("p_handle"), _OWNS_ORDER)
     .order_by(_line.c.sku)
 )
+_VIEW_SQL = Compiled(_VIEW)  # order_view's lone statement, run on the driver (store/compiled.py)
 
 # One page of the principal's orders (keyset on the index (iss, sub, placed_at, handle)), then the line
 # counts of just those orders.
@@ -465,7 +467,7 @@ class OrderRepository:
         Raises:
             NotFound: the handle names no order of this principal.
         """
-        rows = await owned_rows(self._conn, _VIEW, principal, kind="order", prefix=ORDER_PREFIX, handle=handle)
+        rows = await owned_rows(self._conn, _VIEW_SQL, principal, kind="order", prefix=ORDER_PREFIX, handle=handle)
         first = rows[0]
         lines = priced_lines(rows)
         return OrderView(

@@ -27,6 +27,7 @@ from typing import Any
 from asyncpg.exceptions import (  # type: ignore[import-untyped]
     InterfaceError,
     InternalClientError,
+    PostgresError,
     TargetServerAttributeNotMatched,
 )
 from sqlalchemy.engine import ExceptionContext
@@ -46,13 +47,15 @@ READ_ONLY = "25006"
 _SESSION_ENDED = frozenset({"57P01", "57P02"})
 
 #: The exceptions a unit of work translates (anything else is a bug and propagates): SQLAlchemy's, and the
-#: driver's own, which escape unwrapped from connecting and from the statements sent on the raw connection.
+#: driver's own, which escape unwrapped from connecting and from the statements sent on the raw connection
+#: (the explicit transaction's BEGIN/COMMIT and the hot statements of :mod:`store.compiled`).
 DATABASE_ERRORS: tuple[type[BaseException], ...] = (
     PoolTimeoutError,
     DBAPIError,
     OSError,  # refused, reset, and TimeoutError (asyncpg's connect timeout and command_timeout)
     InterfaceError,  # "another operation is in progress", "connection is closed"
     InternalClientError,  # TargetServerAttributeNotMatched; "another operation is in progress"
+    PostgresError,  # a server error (SQLSTATE) or lost connection (class 08) of a statement run on the driver
 )
 
 

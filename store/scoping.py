@@ -12,6 +12,7 @@ from sqlalchemy import Executable, Row, Table, and_, bindparam
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql.elements import ColumnElement
 
+from store.compiled import Compiled, fetch
 from store.errors import NotFound
 from store.handles import is_well_formed
 from store.principal import Principal
@@ -28,16 +29,26 @@ def principal_params(principal: Principal) -> dict[str, str]:
 
 
 async def owned_rows(
-    conn: AsyncConnection, stmt: Executable, principal: Principal, *, kind: str, prefix: str, handle: str
+    conn: AsyncConnection,
+    stmt: Executable | Compiled,
+    principal: Principal,
+    *,
+    kind: str,
+    prefix: str,
+    handle: str,
 ) -> Sequence[Row[*tuple[Any, ...]]]:
     """The rows ``stmt`` reads for the principal's ``kind`` behind ``handle`` (bound as ``p_handle``). One query.
+
+    A :class:`~store.compiled.Compiled` statement runs on the driver (:func:`~store.compiled.fetch`); its rows
+    read by attribute like SQLAlchemy's.
 
     Raises:
         NotFound: ``handle`` is malformed (no query is made), unknown, or someone else's: one outcome for all.
     """
     if not is_well_formed(handle, prefix):
         raise NotFound(kind, handle)
-    rows = (await conn.execute(stmt, {"p_handle": handle, **principal_params(principal)})).all()
+    params = {"p_handle": handle, **principal_params(principal)}
+    rows = await fetch(conn, stmt, params) if isinstance(stmt, Compiled) else (await conn.execute(stmt, params)).all()
     if not rows:
         raise NotFound(kind, handle)
     return rows

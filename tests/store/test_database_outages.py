@@ -4,6 +4,8 @@ Real servers broken for real: a streaming standby (a demoted primary refuses wri
 that keeps sessions to the old server or cuts them mid-statement, a terminated backend, a frozen (SIGSTOPped)
 server, nothing listening. "Nothing was changed" where nothing can have committed; "may or may not have been
 saved" where an autocommit statement was in flight, and the test shows that such a write can indeed land.
+Each failure of a lone statement is met both ways a statement runs: through SQLAlchemy's ``execute`` and
+compiled once, on the driver (``store.compiled``, what the hot tools run).
 """
 
 import asyncio
@@ -11,10 +13,13 @@ import logging
 import socket
 import time
 from collections.abc import Awaitable, Callable
+from typing import Any, Literal
 
 import pytest
 from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncConnection
 
+from store.compiled import Compiled, fetch
 from store.db import COMMAND_GRACE_SECONDS, ClientBounds, Database
 from store.errors import Unavailable
 from tests.support.pg_nodes import PgNode, fetchval, primary_and_standby
@@ -25,22 +30,35 @@ NOTHING = "nothing was changed, retry in a moment"
 MAYBE = "so the change may or may not have been saved; retry in a moment"
 
 
-async def _backend(database: Database) -> int:
-    async with database.one_statement() as conn:
-        return int((await conn.execute(text("SELECT pg_backend_pid()"))).scalar_one())
+Way = Literal["sqlalchemy", "compiled"]
+WAYS: list[Way] = ["sqlalchemy", "compiled"]
 
 
-async def _write(database: Database, value: int = 1) -> None:
+async def _run(conn: AsyncConnection, way: Way, sql: str, params: dict[str, object] | None = None) -> list[Any]:
+    """``sql``'s rows, run through SQLAlchemy's ``execute`` or compiled once and run on the driver."""
+    if way == "compiled":
+        return [tuple(row) for row in await fetch(conn, Compiled(text(sql)), params or {})]
+    result = await conn.execute(text(sql), params or {})
+    return [tuple(row) for row in result.all()] if result.returns_rows else []
+
+
+async def _backend(database: Database, way: Way = "sqlalchemy") -> int:
     async with database.one_statement() as conn:
-        await conn.execute(text("INSERT INTO outage_probe VALUES (:v)"), {"v": value})
+        return int((await _run(conn, way, "SELECT pg_backend_pid()"))[0][0])
+
+
+async def _write(database: Database, value: int = 1, way: Way = "sqlalchemy") -> None:
+    async with database.one_statement() as conn:
+        await _run(conn, way, "INSERT INTO outage_probe VALUES (:v)", {"v": value})
 
 
 async def _create_probe_table(node: PgNode) -> None:
     await fetchval(node.url, "CREATE TABLE IF NOT EXISTS outage_probe (n int)")
 
 
+@pytest.mark.parametrize("way", WAYS)
 async def test_a_write_that_reaches_a_standby_fails_as_read_only_with_nothing_changed_and_the_pool_is_renewed(
-    caplog: pytest.LogCaptureFixture,
+    caplog: pytest.LogCaptureFixture, way: Way
 ) -> None:
     with primary_and_standby() as (primary, standby):
         await _create_probe_table(primary)
@@ -50,7 +68,7 @@ async def test_a_write_that_reaches_a_standby_fails_as_read_only_with_nothing_ch
             async with database.one_statement() as a, database.one_statement() as b, database.one_statement() as c:
                 old = {int((await conn.execute(text("SELECT pg_backend_pid()"))).scalar_one()) for conn in (a, b, c)}
             with caplog.at_level(logging.WARNING, logger="store.db"), pytest.raises(Unavailable) as failed:
-                await _write(database)
+                await _write(database, way=way)
             assert str(failed.value) == f"the database is read-only right now (a failover may be under way); {NOTHING}"
             assert (failed.value.cause, failed.value.outcome_unknown) == ("read_only", False)
             warnings = [r for r in caplog.records if r.name == "store.db"]
@@ -69,9 +87,10 @@ async def _has_table(node: PgNode) -> bool:
     return bool(await fetchval(node.url, "SELECT to_regclass('outage_probe') IS NOT NULL"))
 
 
-async def test_after_a_switchover_behind_a_proxy_that_keeps_old_sessions_one_call_fails_and_the_next_ones_write() -> (
-    None
-):
+@pytest.mark.parametrize("way", WAYS)
+async def test_after_a_switchover_behind_a_proxy_that_keeps_old_sessions_one_call_fails_and_the_next_ones_write(
+    way: Way,
+) -> None:
     """Row 10 of the failover measurements: without shutdown-sessions the pool kept its standby connections."""
     with primary_and_standby() as (primary, standby):
         await _create_probe_table(primary)
@@ -87,7 +106,7 @@ async def test_after_a_switchover_behind_a_proxy_that_keeps_old_sessions_one_cal
                 outcomes = []
                 for n in range(6):
                     try:
-                        await _write(database, n)
+                        await _write(database, n, way)
                         outcomes.append("ok")
                     except Unavailable as exc:
                         outcomes.append(exc.cause)
@@ -134,7 +153,8 @@ async def _expect_unreachable(database: Database) -> None:
         await database.dispose()
 
 
-async def test_a_connection_cut_with_an_autocommit_write_in_flight_may_have_saved_it_and_says_so() -> None:
+@pytest.mark.parametrize("way", WAYS)
+async def test_a_connection_cut_with_an_autocommit_write_in_flight_may_have_saved_it_and_says_so(way: Way) -> None:
     with primary_and_standby(standby=False) as (primary,):
         await _create_probe_table(primary)
         async with tcp_proxy(primary.port) as proxy:
@@ -143,7 +163,7 @@ async def test_a_connection_cut_with_an_autocommit_write_in_flight_may_have_save
 
                 async def slow_write() -> None:
                     async with database.one_statement() as conn:
-                        await conn.execute(text("INSERT INTO outage_probe SELECT 7 FROM pg_sleep(1)"))
+                        await _run(conn, way, "INSERT INTO outage_probe SELECT 7 FROM pg_sleep(1)")
 
                 writing = asyncio.create_task(slow_write())
                 await eventually(
@@ -197,14 +217,15 @@ async def test_a_connection_cut_inside_a_transaction_before_commit_changed_nothi
                 await database.dispose()
 
 
-async def test_a_backend_terminated_mid_statement_is_connection_lost_with_the_outcome_unknown() -> None:
+@pytest.mark.parametrize("way", WAYS)
+async def test_a_backend_terminated_mid_statement_is_connection_lost_with_the_outcome_unknown(way: Way) -> None:
     with primary_and_standby(standby=False) as (primary,):
         database = Database.connect(primary.url, pool_size=1)
         try:
 
             async def sleep() -> None:
                 async with database.one_statement() as conn:
-                    await conn.execute(text("SELECT pg_sleep(5)"))
+                    await _run(conn, way, "SELECT pg_sleep(5)")
 
             running = asyncio.create_task(sleep())
             await eventually(lambda: _statement_running(primary, "pg_sleep(5)"), within=10, what="the sleep")
@@ -216,12 +237,15 @@ async def test_a_backend_terminated_mid_statement_is_connection_lost_with_the_ou
             with pytest.raises(Unavailable) as failed:
                 await running
             assert (failed.value.cause, failed.value.outcome_unknown) == ("connection_lost", True)
-            assert await _backend(database) > 0  # a new connection serves the next call
+            assert await _backend(database, way) > 0  # a new connection serves the next call
         finally:
             await database.dispose()
 
 
-async def test_a_frozen_server_fails_calls_within_the_client_side_bounds_and_they_work_again_after_it_thaws() -> None:
+@pytest.mark.parametrize("way", WAYS)
+async def test_a_frozen_server_fails_calls_within_the_client_side_bounds_and_they_work_again_after_it_thaws(
+    way: Way,
+) -> None:
     statement_timeout_ms, pool_timeout = 1000, 1.0
     bounds = ClientBounds.derived(statement_timeout_ms=statement_timeout_ms, pool_timeout=pool_timeout)
     bound, connect_bound = bounds.command_timeout_s, bounds.connect_timeout_s
@@ -240,11 +264,11 @@ async def test_a_frozen_server_fails_calls_within_the_client_side_bounds_and_the
             try:
                 started = time.monotonic()
                 with pytest.raises(Unavailable) as failed:
-                    await _backend(database)
+                    await _backend(database, way)
                 on_pooled = time.monotonic() - started
                 started = time.monotonic()
                 with pytest.raises(Unavailable) as refused:
-                    await _backend(database)
+                    await _backend(database, way)
                 on_new = time.monotonic() - started
             finally:
                 primary.thaw()

@@ -1,6 +1,7 @@
 """Authorization-server mode's settings at start-up, and the operator's ``coatcheck grants revoke``."""
 
 import asyncio
+import json
 import os
 import secrets
 import uuid
@@ -14,7 +15,7 @@ from store import authserver as store
 from store.db import Database
 from store.models import AuditEvent, table_of
 from store.principal import Principal
-from tests.test_operator_commands import coatcheck
+from tests.support.commands import coatcheck
 
 pytestmark = pytest.mark.sets_own_auth_mode
 
@@ -132,3 +133,22 @@ async def test_grants_revoke_revokes_a_users_grants_forgets_consent_and_audits_i
             )
         ).all()
     assert [tuple(row) for row in trail] == [("as_revoke", f"1 grants of client {client_id} by operator")]
+    # The operator reads the same trail with `coatcheck audit`.
+    read = await asyncio.to_thread(
+        coatcheck,
+        "audit",
+        "--issuer",
+        owner.issuer,
+        "--subject",
+        owner.subject,
+        "--event",
+        "as_revoke",
+        "--format",
+        "jsonl",
+        env={"DATABASE_URL": database_url},
+    )
+    assert read.returncode == 0, read.stderr
+    events = [json.loads(line) for line in read.stdout.splitlines()]
+    assert [(e["action"], e["detail"]) for e in events] == [
+        ("as_revoke", f"1 grants of client {client_id} by operator")
+    ]

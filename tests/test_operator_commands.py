@@ -3,11 +3,8 @@
 
 import asyncio
 import json
-import os
 import re
 import subprocess
-import sys
-import tempfile
 import textwrap
 import uuid
 from datetime import UTC, datetime, timedelta
@@ -24,6 +21,7 @@ from store.migrations import downgrade, upgrade
 from store.models import AuditEvent, table_of
 from store.principal import Principal
 from store.vault import TokenSet, VaultRepository
+from tests.support.commands import coatcheck, coatcheck_python
 from tests.support.devidp import DEMO_CLIENT_ID, DevIdP
 from tests.support.leaks import assert_no_secrets
 from tests.support.oauth import demo_provider_tokens, token_request
@@ -32,25 +30,6 @@ from tests.support.waiting import free_port
 
 _audit = table_of(AuditEvent)
 PREVIOUS_REVISION = "a1b2c3d40002"
-
-
-def coatcheck(*argv: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return coatcheck_python(None, *argv, env=env)
-
-
-def coatcheck_python(code: str | None, *argv: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    """``coatcheck argv…`` (or ``code``, a script importing it) in a process that sees only ``env``'s settings."""
-    base = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "TOKEN_ENCRYPTION_KEYS"}}
-    command = ["-m", "api.cli", *argv] if code is None else ["-c", code]
-    return subprocess.run(
-        [sys.executable, *command],
-        env={**base, **env},
-        cwd=tempfile.gettempdir(),  # no .env file there: only the variables given here count
-        capture_output=True,
-        text=True,
-        timeout=90,
-        check=False,
-    )
 
 
 # --- start-up -----------------------------------------------------------------------------------------------

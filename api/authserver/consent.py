@@ -31,9 +31,9 @@ from mcp.server.auth.provider import construct_redirect_uri
 from api.authserver.provider import CONSENT_PATH, PendingAuthorization, PostgresProvider
 from api.oauth import pages
 from api.oauth.browser_sessions import BrowserSessions
-from api.oauth.client import new_code_verifier, new_secret
-from api.oauth.login import BrowserLogin, LoginFailed, web_origin
-from api.oauth.session import SESSION, LoginInProgress
+from api.oauth.login import BrowserLogin, web_origin
+from api.oauth.routes import sign_in_first
+from api.oauth.session import SESSION
 from store import authserver as store
 from store.audit import AuditRepository
 from store.crypto import derive_key
@@ -93,16 +93,6 @@ def consent_routes(
             return False
         return hmac.compare_digest(form_token(sealed, bound_to).encode(), token.encode("utf-8", "replace"))
 
-    async def sign_in_first(return_to: str) -> Response[str]:
-        state, nonce, verifier = new_secret(), new_secret(), new_code_verifier()
-        try:
-            url = await login.authorization_url(state=state, nonce=nonce, code_verifier=verifier)
-        except LoginFailed as exc:
-            logger.warning("cannot start the browser sign-in: %s", exc)
-            return pages.login_failed()
-        pending = LoginInProgress(state=state, nonce=nonce, code_verifier=verifier, flow=return_to)
-        return pages.redirect(url, cookies=[jar.login_cookie(pending)])
-
     async def signed_in(request: Request[Any, Any, Any]) -> Principal | None:
         # The server-side record too: a cookie copied before sign-out opens nothing here either.
         session = await sessions.current(request.cookies)
@@ -121,7 +111,7 @@ def consent_routes(
             return _problem("This authorization request cannot be used", "It is malformed or has expired.")
         principal = await signed_in(request)
         if principal is None:
-            return await sign_in_first(f"{CONSENT_PATH}?{urlencode({'request': sealed})}")
+            return await sign_in_first(login, sessions, f"{CONSENT_PATH}?{urlencode({'request': sealed})}")
         client = await provider.get_client(pending.client_id)
         if client is None:
             return _problem("Unknown application", "The application that asked is no longer registered.")
@@ -176,7 +166,7 @@ def consent_routes(
     async def grants_page(request: Request[Any, Any, Any]) -> Response[str]:
         principal = await signed_in(request)
         if principal is None:
-            return await sign_in_first(GRANTS_PATH)
+            return await sign_in_first(login, sessions, GRANTS_PATH)
         async with database.one_statement() as conn:
             grants = await store.grants_of(conn, principal)
         live: dict[str, int] = {}

@@ -59,6 +59,21 @@ def _clearing(response: Response[str], cookie: Cookie) -> Response[str]:
     return response
 
 
+async def sign_in_first(login: BrowserLogin, sessions: BrowserSessions, return_to: str) -> Response[str]:
+    """Send a browser without a session to sign in at ``login``, coming back to ``return_to`` afterwards.
+
+    ``return_to`` is a connect flow's handle or a path of ours (``/oauth/…``), sealed in the login cookie.
+    """
+    state, nonce, verifier = new_secret(), new_secret(), new_code_verifier()
+    try:
+        url = await login.authorization_url(state=state, nonce=nonce, code_verifier=verifier)
+    except LoginFailed as exc:
+        logger.warning("cannot start the browser sign-in: %s", exc)
+        return pages.login_failed()
+    pending = LoginInProgress(state=state, nonce=nonce, code_verifier=verifier, flow=return_to)
+    return pages.redirect(url, cookies=[sessions.jar.login_cookie(pending)])
+
+
 def browser_routes(connections: Connections, login: BrowserLogin, sessions: BrowserSessions) -> list[HTTPRouteHandler]:
     """The three browser routes, closed over the instance's services (no globals)."""
     registry = connections.registry
@@ -70,14 +85,7 @@ def browser_routes(connections: Connections, login: BrowserLogin, sessions: Brow
             return pages.not_found()
         session = await sessions.current(request.cookies)
         if session is None or session.issuer != login.issuer:
-            state, nonce, verifier = new_secret(), new_secret(), new_code_verifier()
-            try:
-                url = await login.authorization_url(state=state, nonce=nonce, code_verifier=verifier)
-            except LoginFailed as exc:
-                logger.warning("cannot start the browser sign-in: %s", exc)
-                return pages.login_failed()
-            pending = LoginInProgress(state=state, nonce=nonce, code_verifier=verifier, flow=flow)
-            return pages.redirect(url, cookies=[jar.login_cookie(pending)])
+            return await sign_in_first(login, sessions, flow)
         browser_user = session.principal
         found = await connections.flow_for_browser(flow)
         if found is None:

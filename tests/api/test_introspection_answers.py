@@ -7,13 +7,10 @@ is seen to refuse what it must and accept what it may.
 """
 
 import base64
-import json
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -23,7 +20,7 @@ import pytest
 from api.auth import Audiences
 from api.introspection import TokenIntrospection
 from api.jose import IssuerMetadata
-from tests.support.waiting import free_port
+from tests.support.json_server import QuietHandler, send_json, serving
 
 ISSUER = "https://tenant.example.com/"
 RESOURCE = "https://coatcheck.example.com/mcp"
@@ -42,31 +39,18 @@ class Endpoint:
 
 @contextmanager
 def introspection_endpoint() -> Iterator[Endpoint]:
-    port = free_port()
-    endpoint = Endpoint(url=f"http://127.0.0.1:{port}/introspect")
+    endpoint = Endpoint(url="")
 
-    class Handler(BaseHTTPRequestHandler):
+    class Handler(QuietHandler):
         def do_POST(self) -> None:
             length = int(self.headers.get("content-length", "0"))
             form = {key: values[0] for key, values in parse_qs(self.rfile.read(length).decode()).items()}
             endpoint.requests.append({"form": form, "authorization": self.headers.get("authorization", "")})
-            data = json.dumps(endpoint.answer).encode()
-            self.send_response(200)
-            self.send_header("content-type", "application/json")
-            self.send_header("content-length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+            send_json(self, 200, endpoint.answer)
 
-        def log_message(self, *_: object) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
+    with serving(Handler) as base:
+        endpoint.url = f"{base}/introspect"
         yield endpoint
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 def _active(**changes: Any) -> dict[str, Any]:

@@ -4,11 +4,9 @@ the text log or reach the operator's terminal as an escape sequence; the JSON lo
 import json
 import logging
 import re
-import threading
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import httpx2
 import pytest
@@ -16,6 +14,7 @@ import pytest
 from api.logs import TextFormatter
 from api.oauth.client import ClientCredentials, OAuthClient, OAuthFailure
 from tests.support.auth_mode import McpTokens
+from tests.support.json_server import QuietHandler, send_json, serving
 from tests.support.server import RunningServer, run_server
 from tests.support.waiting import free_port, wait_until
 from tests.support.wire import PROTOCOL_VERSION
@@ -105,28 +104,14 @@ HOSTILE_ERROR = f"invalid_grant\r\n{FORGED}\x1b]0;owned\x07" + "x" * 5000
 @contextmanager
 def _refusing_token_endpoint(error: object) -> Iterator[str]:
     """A real HTTP endpoint that answers every POST with 400 and ``{"error": error}``."""
-    port = free_port()
-    data = json.dumps({"error": error, "error_description": "d"}).encode()
 
-    class Handler(BaseHTTPRequestHandler):
+    class Handler(QuietHandler):
         def do_POST(self) -> None:
             self.rfile.read(int(self.headers.get("content-length") or 0))
-            self.send_response(400)
-            self.send_header("content-type", "application/json")
-            self.send_header("content-length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+            send_json(self, 400, {"error": error, "error_description": "d"})
 
-        def log_message(self, *_: object) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{port}/token"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serving(Handler) as base:
+        yield f"{base}/token"
 
 
 def _logged(caplog: pytest.LogCaptureFixture) -> list[str]:

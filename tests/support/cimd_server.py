@@ -6,8 +6,8 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from tests.support.json_server import QuietHandler, serving
 from tests.support.waiting import free_port
 
 
@@ -32,7 +32,7 @@ def serve_documents() -> Iterator[DocumentServer]:
     served = DocumentServer(base_url=f"http://127.0.0.1:{port}")
     stop = threading.Event()
 
-    class Handler(BaseHTTPRequestHandler):
+    class Handler(QuietHandler):
         def do_GET(self) -> None:
             served.hits[self.path] = served.hits.get(self.path, 0) + 1
             if self.path == "/redirect":
@@ -61,15 +61,8 @@ def serve_documents() -> Iterator[DocumentServer]:
             with contextlib.suppress(OSError):  # the fetcher may give up on purpose
                 self.wfile.write(body)
 
-        def log_message(self, *_: object) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield served
-    finally:
-        stop.set()
-        server.shutdown()
-        server.server_close()
+    with serving(Handler, port):
+        try:
+            yield served
+        finally:
+            stop.set()

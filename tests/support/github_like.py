@@ -22,9 +22,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from html import escape
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
+from tests.support.json_server import QuietHandler, serving
 from tests.support.waiting import free_port
 
 # The field a person fills in on this server's login page (GitHub's own is named ``login`` too).
@@ -106,7 +106,7 @@ def serve_github_like(*, redirect_uri: str) -> Iterator[GithubLike]:
         redirect_uri=redirect_uri,
     )
 
-    class Handler(BaseHTTPRequestHandler):
+    class Handler(QuietHandler):
         def _send(self, status: int, body: bytes, content_type: str, headers: dict[str, str] | None = None) -> None:
             self.send_response(status)
             self.send_header("content-type", content_type)
@@ -271,14 +271,5 @@ def serve_github_like(*, redirect_uri: str) -> Iterator[GithubLike]:
             }
             self._send(200, json.dumps(user).encode(), "application/json; charset=utf-8")
 
-        def log_message(self, *_: object) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
+    with serving(Handler, port):
         yield hub
-    finally:
-        server.shutdown()
-        server.server_close()

@@ -149,7 +149,16 @@ class Cluster:
         """A planned switchover through the leader's REST API; (old leader, new leader) once it is done."""
         leader = self.leader()
         assert leader is not None, self.cluster_state()
-        response = httpx2.post(f"{leader.rest_url}/switchover", json={"leader": leader.name}, timeout=60)
+        answers: list[httpx2.Response] = []
+
+        def accepted() -> bool:
+            # The leader checks pg_stat_replication itself; just after /cluster shows a sync standby it may not
+            # see one yet and answer 412 "can not find sync_standby". Anything else ends the wait.
+            answers.append(httpx2.post(f"{leader.rest_url}/switchover", json={"leader": leader.name}, timeout=60))
+            return not (answers[-1].status_code == 412 and "sync_standby" in answers[-1].text)
+
+        wait_until(accepted, timeout=30, what="the leader to accept the switchover", interval=0.5)
+        response = answers[-1]
         assert response.status_code == 200, response.text
         wait_until(lambda: (self.leader() or leader).name != leader.name, timeout=60, what="a new leader", interval=0.2)
         new = self.leader()

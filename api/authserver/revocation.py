@@ -108,10 +108,10 @@ class RevokedGrants:
             if not self._healthy:
                 await self._close()
                 try:
-                    connection = await asyncpg.connect(self._url, timeout=5)
+                    # Held at once, so a failure below (LISTEN on a standby, say) still closes it next round.
+                    self._connection = connection = await asyncpg.connect(self._url, timeout=5)
                     connection.add_termination_listener(self._lost)
                     await connection.add_listener(store.REVOCATION_CHANNEL, self._heard)
-                    self._connection = connection
                     async with self._database.one_statement() as conn:
                         loaded = await store.revoked_since(conn, self._window)
                     now = time.monotonic()

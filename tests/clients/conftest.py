@@ -148,7 +148,15 @@ SIGN_IN_SITES: dict[str, Callable[[pytest.FixtureRequest], SignInSite]] = {
 }
 
 
-@pytest.fixture(params=sorted(SIGN_IN_SITES))
+def _site_param(mode: str) -> object:
+    """The resource-server site is the session's server, so it follows COATCHECK_TEST_AUTH_MODE and is that
+    mode's alone; the authorization-server sites start their own servers in their own mode whatever the run's."""
+    if mode == "resource-server":
+        return pytest.param(mode, marks=pytest.mark.resource_server_only(reason="the session server as a resource server"))
+    return pytest.param(mode, marks=pytest.mark.sets_own_auth_mode)
+
+
+@pytest.fixture(params=[_site_param(mode) for mode in sorted(SIGN_IN_SITES)])
 def sign_in_site(request: pytest.FixtureRequest) -> SignInSite:
     """A running Coatcheck and how a person signs in at its authorization page in Chromium, per AUTH_MODE."""
     return SIGN_IN_SITES[request.param](request)

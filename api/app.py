@@ -39,6 +39,7 @@ from api.mcp.endpoint import (
     transport_security,
 )
 from api.mcp.observer import ToolCallObserver
+from api.mcp.sdk_pipeline import sdk_pipeline
 from api.mcp.server import build_mcp_server
 from api.metrics import Metrics
 from api.oauth.browser_sessions import BrowserSessions
@@ -155,7 +156,7 @@ def create_app(
     answer_verifier_outages(mcp_asgi)  # an IdP that cannot answer about a token: 503, not 401 or 500
     install_quiet_client_disconnects()
     endpoint = McpEndpoint(
-        mcp_asgi,  # type: ignore[arg-type]  # a Starlette app is an ASGI app
+        sdk_pipeline(mcp_asgi),  # type: ignore[arg-type]  # Starlette's and Litestar's ASGI types
         body_limit=settings.max_request_body_bytes,
         reject_legacy=settings.legacy_clients == "reject",
         resource_metadata_url=f"{settings.public_url}/.well-known/oauth-protected-resource/mcp",

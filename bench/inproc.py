@@ -4,7 +4,9 @@
 
 Builds the stock SDK app (``bench.targets.sdk_app``) and Coatcheck's ``create_app`` in this process, against a
 fresh bench database, and times ``cart_view`` / ``cart_set_item`` through each app's ASGI callable with a real
-token and the real database. No uvicorn, no wrk: what remains is the app's own CPU, so a change in api/ shows
+token and the real database. Coatcheck runs at the shipped defaults as ``coatcheck serve`` sets them up (INFO,
+the access line written by the log thread, here into /dev/null; start-up objects frozen; ``--log-level`` to
+compare). No uvicorn, no wrk: what remains is the app's own CPU, so a change in api/ shows
 up here as microseconds per call, long before it is visible through the noise of ``python -m bench``.
 """
 
@@ -16,6 +18,7 @@ import os
 import pstats
 import secrets
 import statistics
+import sys
 import time
 from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
@@ -102,6 +105,8 @@ async def run(args: argparse.Namespace, url: str, issuer: str, token: str, port:
     os.environ.update({"BENCH_DSN": _dsn(url), "BENCH_ISS": issuer, "BENCH_SUB": "bench-user"})
     os.environ["BENCH_JSON"] = "1" if args.mode == "json" else "0"
     from api.app import create_app
+    from api.gc_policy import freeze_startup_objects
+    from api.logs import configure_logging
     from api.settings import Settings
     from bench.targets import sdk_app
 
@@ -114,9 +119,13 @@ async def run(args: argparse.Namespace, url: str, issuer: str, token: str, port:
         token_encryption_keys=secrets.token_urlsafe(32),
         oidc_client_id="coatcheck-bench",
         oidc_client_secret=secrets.token_urlsafe(32),
-        log_level="WARNING",
+        log_level=args.log_level,
         mcp_json_response=args.mode == "json",
     )
+    # As `coatcheck serve` logs (one access line per call, written by the log thread), into /dev/null: the
+    # process CPU measured includes that thread's share.
+    sys.stderr = open(os.devnull, "w")  # noqa: SIM115, ASYNC230 - /dev/null, for the life of the process
+    configure_logging(settings.log_level, settings.log_format)
     coatcheck = create_app(settings)
     # The same app with the SDK's defaults put back (api/mcp/sdk_hooks.py undone): the hooks' A/B.
     stock_hooks = create_app(settings, configure_mcp=_undo_sdk_hooks) if args.ab_sdk_hooks else None
@@ -151,6 +160,7 @@ async def run(args: argparse.Namespace, url: str, issuer: str, token: str, port:
         }
         if stock_hooks is not None:
             cases["cart_view, SDK defaults"] = (stock_hooks, {**view_h, **auth}, [view_b])  # type: ignore[assignment]
+        freeze_startup_objects()  # as `coatcheck serve` does before it serves (api/gc_policy.py)
         # Many short batches, interleaved: on a shared machine the quiet batches (the low percentiles) are
         # the app's own cost, the rest is other processes stealing the core.
         batches: dict[str, list[float]] = {name: [] for name in cases}
@@ -187,6 +197,7 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=320, help="calls per batch (16 concurrent callers)")
     parser.add_argument("--batches", type=int, default=30, help="batches per case, interleaved")
     parser.add_argument("--mode", choices=["sse", "json"], default="sse")
+    parser.add_argument("--log-level", default="INFO", help="LOG_LEVEL of the Coatcheck app (shipped: INFO)")
     parser.add_argument(
         "--ab-sdk-hooks", action="store_true", help="also measure cart_view with api/mcp/sdk_hooks.py undone"
     )

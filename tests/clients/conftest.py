@@ -152,7 +152,8 @@ def _site_param(mode: str) -> object:
     """The resource-server site is the session's server, so it follows COATCHECK_TEST_AUTH_MODE and is that
     mode's alone; the authorization-server sites start their own servers in their own mode whatever the run's."""
     if mode == "resource-server":
-        return pytest.param(mode, marks=pytest.mark.resource_server_only(reason="the session server as a resource server"))
+        only_there = pytest.mark.resource_server_only(reason="the session server as a resource server")
+        return pytest.param(mode, marks=only_there)
     return pytest.param(mode, marks=pytest.mark.sets_own_auth_mode)
 
 

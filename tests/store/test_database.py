@@ -4,15 +4,22 @@ Most killed connections are noticed locally and replaced at checkout (no round t
 noticed fails exactly the call that draws it, with nothing written, and is discarded.
 """
 
+import gc
+import warnings
+from typing import Any
+
 import asyncpg  # type: ignore[import-untyped]
 import pytest
 from sqlalchemy import text
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.ext.asyncio import engine as sqlalchemy_async_engine
 
+from store.compiled import Compiled, fetch
 from store.db import Database
 from store.errors import Unavailable
 from tests.support.private_postgres import private_postgres
+from tests.support.waiting import eventually
 
 
 async def _kill_backends(database_url: str) -> int:
@@ -178,3 +185,61 @@ async def test_a_database_that_refuses_new_connections_is_a_retryable_error_not_
             await database.dispose()
             for hog in hogs:
                 await hog.close()
+
+
+_PID = Compiled(text("SELECT pg_backend_pid() AS pid"))
+
+
+async def test_a_lone_statement_takes_an_idle_pooled_connection_and_gives_it_back_without_a_greenlet(
+    database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The hot path's unit of work: no greenlet round trip when a connection is idle (docs/performance.md)."""
+    spawned: list[object] = []
+    real_spawn = sqlalchemy_async_engine.greenlet_spawn
+
+    async def counting_spawn(fn: Any, *args: Any, **kwargs: Any) -> Any:
+        spawned.append(fn)
+        return await real_spawn(fn, *args, **kwargs)
+
+    database = Database.connect(database_url, pool_size=2, max_overflow=0)
+    try:
+        async with database.one_statement() as conn:  # opens the pool's first connection: the async path
+            (first,) = await fetch(conn, _PID, {})
+        monkeypatch.setattr(sqlalchemy_async_engine, "greenlet_spawn", counting_spawn)
+        for _ in range(5):
+            async with database.one_statement() as conn:
+                (row,) = await fetch(conn, _PID, {})
+                assert row.pid == first.pid  # the one idle connection, again and again
+        assert spawned == []
+        pool = database.sync_engine.pool
+        assert (pool.checkedin(), pool.checkedout()) == (1, 0)  # type: ignore[attr-defined]
+    finally:
+        await database.dispose()
+
+
+async def test_an_idle_connection_the_server_closed_is_replaced_on_the_async_path_with_no_coroutine_left_unawaited(
+    database_url: str,
+) -> None:
+    database = Database.connect(database_url, pool_size=1, max_overflow=0)
+    try:
+        async with database.one_statement() as conn:
+            (before,) = await fetch(conn, _PID, {})
+            driver = (await conn.get_raw_connection()).driver_connection
+        assert driver is not None
+        assert await _kill_backends(database_url) >= 1
+
+        async def noticed() -> bool:
+            return bool(driver.is_closed())
+
+        await eventually(noticed, within=10, what="asyncpg to notice that the server closed the idle connection")
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            async with database.one_statement() as conn:
+                (after,) = await fetch(conn, _PID, {})
+            gc.collect()  # an unawaited coroutine warns when it is collected
+        assert after.pid != before.pid
+        assert [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)] == []
+        pool = database.sync_engine.pool
+        assert (pool.checkedin(), pool.checkedout()) == (1, 0)  # type: ignore[attr-defined]
+    finally:
+        await database.dispose()

@@ -134,7 +134,7 @@ class Edge:
 
         try:
             if scope["path"] in MCP_PATHS:
-                # The SDK's app is routed at "/" (the path is logged as sent, above).
+                # The SDK handler was configured at "/" (api/mcp/sdk_pipeline.py); the path is logged as sent.
                 scope["path"], scope["raw_path"], scope["root_path"] = "/", b"/", ""
                 await self._mcp(scope, receive, send_with_id)
             else:

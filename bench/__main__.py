@@ -166,6 +166,37 @@ def verify(target: Target) -> None:
         raise RuntimeError(f"{target.name}: not a tool result: {message}")
 
 
+def coatcheck_env(database_url: str, issuer: str) -> dict[str, str]:
+    """What a Coatcheck target is started with: only the secrets and URLs it needs (``PUBLIC_URL`` aside)."""
+    return {
+        "DATABASE_URL": database_url,
+        "OIDC_ISSUER": issuer,
+        "REQUEST_STATE_KEYS": secrets.token_urlsafe(32),
+        "TOKEN_ENCRYPTION_KEYS": secrets.token_urlsafe(32),
+        "OIDC_CLIENT_ID": "coatcheck-bench",  # the /connect login is not exercised here
+        "OIDC_CLIENT_SECRET": secrets.token_urlsafe(32),
+        # Everything else as `coatcheck serve` ships it: INFO logging, one access line per request. Users
+        # run the defaults, so that is what is measured (not LOG_LEVEL=WARNING).
+    }
+
+
+def tool_request(name: str, arguments: dict[str, Any], token: str) -> tuple[dict[str, str], dict[str, Any]]:
+    """Headers and body of a ``tools/call`` of ``name`` with a bearer ``token``."""
+    headers, body = modern_request("tools/call", {"name": name, "arguments": arguments}, request_id=1)
+    return {**headers, "Authorization": f"Bearer {token}"}, body
+
+
+def seed_cart(mcp_url: str, token: str) -> str:
+    """A new cart with the bench's three lines, made through the tools; its handle."""
+    headers, body = tool_request("cart_create", {}, token)
+    reply = response_message(httpx.post(mcp_url, headers=headers, json=body, timeout=10))
+    cart_id: str = reply["result"]["structuredContent"]["cart_id"]
+    for sku, quantity in (("hat-beanie", 2), ("scarf-cashmere", 1), ("brush-lint", 3)):
+        headers, body = tool_request("cart_set_item", {"cart_id": cart_id, "sku": sku, "quantity": quantity}, token)
+        verify(Target(SET_ITEM, "-", mcp_url, 0, headers, [body]))
+    return cart_id
+
+
 def _median_range(values: list[float]) -> tuple[float, float, float]:
     return statistics.median(values), min(values), max(values)
 
@@ -287,16 +318,7 @@ def main() -> None:
             ports.update({f"{mode}-workers": free_port() for mode in modes})
         publics = {mode: f"http://127.0.0.1:{port}" for mode, port in ports.items()}
         idp = stack.enter_context(start_devidp(port=free_port(), resources=[f"{p}/mcp" for p in publics.values()]))
-        common = {
-            "DATABASE_URL": url,
-            "OIDC_ISSUER": idp.issuer,
-            "REQUEST_STATE_KEYS": secrets.token_urlsafe(32),
-            "TOKEN_ENCRYPTION_KEYS": secrets.token_urlsafe(32),
-            "OIDC_CLIENT_ID": "coatcheck-bench",  # the /connect login is not exercised here
-            "OIDC_CLIENT_SECRET": secrets.token_urlsafe(32),
-            # Everything else as `coatcheck serve` ships it: INFO logging, one access line per request. Users
-            # run the defaults, so that is what is measured (not LOG_LEVEL=WARNING).
-        }
+        common = coatcheck_env(url, idp.issuer)
         bench_env = {"BENCH_DSN": _dsn(url), "BENCH_ISS": idp.issuer, "BENCH_SUB": "bench-user"}
 
         floor_url, floor_pid = stack.enter_context(uvicorn_target("bench.targets:floor_app", bench_env))
@@ -308,17 +330,10 @@ def main() -> None:
             token = asyncio.run(idp.token("bench-user", resource=server.mcp_url))
 
             def call(name: str, arguments: dict[str, Any], token: str = token) -> tuple[dict[str, str], dict[str, Any]]:
-                headers, body = modern_request("tools/call", {"name": name, "arguments": arguments}, request_id=1)
-                return {**headers, "Authorization": f"Bearer {token}"}, body
+                return tool_request(name, arguments, token)
 
             if not cart_ids:  # one cart per connection, each with three lines, shared by both servers
-                for _ in range(args.connections):
-                    headers, body = call("cart_create", {})
-                    reply = response_message(httpx.post(server.mcp_url, headers=headers, json=body, timeout=10))
-                    cart_ids.append(reply["result"]["structuredContent"]["cart_id"])
-                    for sku, qty in (("hat-beanie", 2), ("scarf-cashmere", 1), ("brush-lint", 3)):
-                        headers, body = call("cart_set_item", {"cart_id": cart_ids[-1], "sku": sku, "quantity": qty})
-                        verify(Target(SET_ITEM, mode, server.mcp_url, 0, headers, [body]))
+                cart_ids.extend(seed_cart(server.mcp_url, token) for _ in range(args.connections))
             baseline_env = {**bench_env, "BENCH_JSON": "1" if mode == "json" else "0"}
             sdk_url, sdk_pid = stack.enter_context(uvicorn_target("bench.targets:sdk_app", baseline_env))
             fm_url, fm_pid = stack.enter_context(uvicorn_target("bench.targets:fastmcp_app", baseline_env))

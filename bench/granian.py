@@ -14,7 +14,6 @@ threads). Needs the ``bench`` extra (Granian is pinned in constraints.txt), ``wr
 import argparse
 import asyncio
 import os
-import secrets
 import statistics
 import subprocess
 import sys
@@ -26,12 +25,11 @@ from pathlib import Path
 import httpx
 from sqlalchemy.engine import make_url
 
-from bench.__main__ import ROOT, _dsn, bench_database
+from bench.__main__ import ROOT, Target, _dsn, bench_database, coatcheck_env, seed_cart, tool_request, verify
 from bench.measure import SessionCounter, Window, lua_script, run_window
 from tests.support.devidp import start_devidp
 from tests.support.server import run_server, stop_process
 from tests.support.waiting import free_port, wait_until
-from tests.support.wire import modern_request, response_message
 
 
 @contextmanager
@@ -72,15 +70,8 @@ def main() -> None:
         ports = {"uvicorn": free_port(), "granian": free_port()}
         mcp_urls = {name: f"http://127.0.0.1:{port}/mcp" for name, port in ports.items()}
         idp = stack.enter_context(start_devidp(port=free_port(), resources=list(mcp_urls.values())))
-        common = {
-            "DATABASE_URL": url,
-            "OIDC_ISSUER": idp.issuer,
-            "REQUEST_STATE_KEYS": secrets.token_urlsafe(32),
-            "TOKEN_ENCRYPTION_KEYS": secrets.token_urlsafe(32),
-            "OIDC_CLIENT_ID": "coatcheck-bench",
-            "OIDC_CLIENT_SECRET": secrets.token_urlsafe(32),
-            "MCP_JSON_RESPONSE": "true" if args.mode == "json" else "false",
-        }
+        common = coatcheck_env(url, idp.issuer)
+        common["MCP_JSON_RESPONSE"] = "true" if args.mode == "json" else "false"
         envs = {name: {**common, "PUBLIC_URL": f"http://127.0.0.1:{port}"} for name, port in ports.items()}
         pids = {
             "uvicorn": stack.enter_context(run_server(envs["uvicorn"], port=ports["uvicorn"])).process.pid,
@@ -89,21 +80,8 @@ def main() -> None:
         scripts = {}
         for name, mcp_url in mcp_urls.items():
             token = asyncio.run(idp.token("bench-user", resource=mcp_url))
-
-            def request(tool: str, arguments: dict[str, object], token: str = token) -> tuple[dict[str, str], dict]:  # type: ignore[type-arg]
-                headers, body = modern_request("tools/call", {"name": tool, "arguments": arguments}, request_id=1)
-                return {**headers, "Authorization": f"Bearer {token}"}, body
-
-            headers, body = request("cart_create", {})
-            reply = response_message(httpx.post(mcp_url, headers=headers, json=body, timeout=10))
-            cart_id = reply["result"]["structuredContent"]["cart_id"]
-            for sku, quantity in (("hat-beanie", 2), ("scarf-cashmere", 1), ("brush-lint", 3)):
-                headers, body = request("cart_set_item", {"cart_id": cart_id, "sku": sku, "quantity": quantity})
-                httpx.post(mcp_url, headers=headers, json=body, timeout=10).raise_for_status()
-            headers, body = request("cart_view", {"cart_id": cart_id})
-            viewed = response_message(httpx.post(mcp_url, headers=headers, json=body, timeout=10))
-            if viewed["result"].get("isError"):
-                raise SystemExit(f"{name}: cart_view failed: {viewed}")
+            headers, body = tool_request("cart_view", {"cart_id": seed_cart(mcp_url, token)}, token)
+            verify(Target("cart_view", name, mcp_url, pids[name], headers, [body]))
             scripts[name] = lua_script(headers, [body])
             run_window(mcp_url, scripts[name], seconds=3, connections=16, pid=pids[name], sessions=sessions)  # warm-up
         windows: dict[str, list[Window]] = {name: [] for name in ports}

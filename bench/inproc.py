@@ -123,9 +123,13 @@ async def run(args: argparse.Namespace, url: str, issuer: str, token: str, port:
         mcp_json_response=args.mode == "json",
     )
     # As `coatcheck serve` logs (one access line per call, written by the log thread), into /dev/null: the
-    # process CPU measured includes that thread's share.
-    sys.stderr = open(os.devnull, "w")  # noqa: SIM115, ASYNC230 - /dev/null, for the life of the process
-    configure_logging(settings.log_level, settings.log_format)
+    # process CPU measured includes that thread's share. Only the log handler writes there; a traceback of
+    # this harness still reaches the real stderr.
+    real_stderr, sys.stderr = sys.stderr, open(os.devnull, "w")  # noqa: SIM115, ASYNC230 - for the process's life
+    try:
+        configure_logging(settings.log_level, settings.log_format)  # the handler keeps the stream it found
+    finally:
+        sys.stderr = real_stderr
     coatcheck = create_app(settings)
     # The same app with the SDK's defaults put back (api/mcp/sdk_hooks.py undone): the hooks' A/B.
     stock_hooks = create_app(settings, configure_mcp=_undo_sdk_hooks) if args.ab_sdk_hooks else None

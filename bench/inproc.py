@@ -182,7 +182,11 @@ async def run(args: argparse.Namespace, url: str, issuer: str, token: str, port:
             await measure(app, host, headers, bodies, args.calls * 5)
             profiler.disable()
             stats = pstats.Stats(profiler)
+            if args.pstats:
+                stats.dump_stats(args.pstats)
             stats.sort_stats(args.sort).print_stats(args.top)
+            for pattern in args.callers:
+                stats.print_callers(pattern)
 
 
 def _undo_sdk_hooks(mcp: Any) -> None:
@@ -208,6 +212,10 @@ def main() -> None:
     parser.add_argument("--cprofile", choices=["sdk", "cart_view", "cart_set_item"])
     parser.add_argument("--sort", default="tottime")
     parser.add_argument("--top", type=int, default=40)
+    parser.add_argument("--pstats", help="with --cprofile: also write the raw profile to this file")
+    parser.add_argument(
+        "--callers", action="append", default=[], help="with --cprofile: also who calls functions matching this"
+    )
     args = parser.parse_args()
     admin_url = os.environ.get("TEST_DATABASE_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
     port = free_port()

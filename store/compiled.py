@@ -14,8 +14,9 @@ it would after ``execute``. The unit of work (:mod:`store.db`) translates the dr
 translates SQLAlchemy's.
 """
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import Any, cast
 
 from asyncpg import Record  # type: ignore[import-untyped]
@@ -46,6 +47,18 @@ class AttributeRecord(Record):  # type: ignore[misc]
             raise AttributeError(name) from None
 
 
+def _learn_columns(record_class: type[AttributeRecord], columns: Iterable[str]) -> None:
+    """Make ``columns`` properties of ``record_class``: read in C, not through ``__getattr__``.
+
+    ``__getattr__`` only runs after the ordinary lookup has failed, so each read built and discarded an
+    ``AttributeError`` first (~1.4 µs against ~0.2 µs here; a ``cart_view`` reads about twenty). A name the
+    record already has (``keys``, ``get``, …) keeps its meaning, as it did before.
+    """
+    for name in columns:
+        if not hasattr(record_class, name):
+            setattr(record_class, name, property(itemgetter(name)))
+
+
 class Compiled:
     """A SQLAlchemy statement compiled once for asyncpg: its SQL and the bind names in ``$n`` order.
 
@@ -53,7 +66,7 @@ class Compiled:
     ``None``, ``timedelta``, timestamps): a statement with a bind processor (JSON, enums, …) is refused here.
     """
 
-    __slots__ = ("defaults", "names", "sql", "statement")
+    __slots__ = ("columns_learnt", "defaults", "names", "record_class", "sql", "statement")
 
     def __init__(self, statement: Executable) -> None:
         compiled = cast(SQLCompiler, cast(ClauseElement, statement).compile(dialect=_DIALECT))
@@ -68,6 +81,11 @@ class Compiled:
             for name, bind in compiled.binds.items()
             if name in self.names and not bind.required
         }
+        # A row class of its own, whose columns become properties once its first rows name them (as
+        # PostgreSQL names them; text statements declare none to SQLAlchemy). The same class throughout:
+        # asyncpg caches a prepared statement per record class, and a new one would prepare it again.
+        self.record_class: type[AttributeRecord] = type("Row", (AttributeRecord,), {"__slots__": ()})
+        self.columns_learnt = False
 
     def args(self, params: Mapping[str, object]) -> list[object]:
         """The values for ``$1``, ``$2``, … from ``params`` (by bind name) and the statement's own."""
@@ -132,10 +150,13 @@ async def fetch(conn: AsyncConnection, statement: Compiled, params: Mapping[str,
     if context is not None:
         sync.dispatch.before_cursor_execute(sync, None, statement.sql, args, context, False)
     try:
-        rows: list[Any] = await driver.fetch(statement.sql, *args, record_class=AttributeRecord)  # type: ignore[union-attr]
+        rows: list[Any] = await driver.fetch(statement.sql, *args, record_class=statement.record_class)  # type: ignore[union-attr]
     except Exception as exc:
         await _failed(conn, sync, fairy, context or _Context(statement.sql, args), exc)
         raise
+    if rows and not statement.columns_learnt:
+        _learn_columns(statement.record_class, rows[0].keys())
+        statement.columns_learnt = True
     if context is not None:
         sync.dispatch.after_cursor_execute(sync, None, statement.sql, args, context, False)
     return rows

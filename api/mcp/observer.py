@@ -18,6 +18,7 @@ Other methods pass straight through (their method name is noted for the request'
 
 import logging
 import time
+from functools import lru_cache
 from typing import Any
 
 from mcp.server.auth.middleware.auth_context import get_access_token
@@ -58,7 +59,13 @@ class ToolCallObserver:
 
     def __init__(self, server: MCPServer, *, digest_key: bytes, metrics: Metrics | None) -> None:
         self._server = server
-        self._digest_key = digest_key
+
+        # The keyed digest of a principal, computed once per principal rather than once per call (an HMAC
+        # and a Principal each time); bounded, so a flood of distinct subjects costs a fixed amount of memory.
+        def digest(issuer: str, subject: str) -> str:
+            return principal_digest(digest_key, Principal(issuer=issuer, subject=subject))
+
+        self._digest = lru_cache(maxsize=4096)(digest)
         self._metrics = metrics
         self._tools: frozenset[str] | None = None  # read once, on the first call (tools are all registered)
 
@@ -71,7 +78,7 @@ class ToolCallObserver:
         token = get_access_token()
         if token is None or not token.subject or not token.claims:
             return None
-        return principal_digest(self._digest_key, Principal(issuer=str(token.claims.get("iss")), subject=token.subject))
+        return self._digest(str(token.claims.get("iss")), token.subject)
 
     async def __call__(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
         facts = CURRENT_REQUEST.get()

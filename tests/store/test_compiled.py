@@ -64,6 +64,28 @@ async def test_a_compiled_read_returns_the_rows_execute_returns_read_by_attribut
         _ = direct[0].no_such_column
 
 
+async def test_a_compiled_statement_reads_its_columns_as_attributes_on_every_call_and_keeps_the_record_methods(
+    database: Database,
+) -> None:
+    # After its first rows the statement reads columns through properties of its own record class (the same
+    # class, so asyncpg's prepared statement is reused); the answers must be those of the first call, and a
+    # column named like a record method keeps the method.
+    statement = Compiled(text("SELECT sku, unit_price_cents, 'k' AS keys FROM product ORDER BY sku LIMIT 2"))
+    calls = []
+    row_class = statement.record_class
+    for _ in range(2):
+        async with database.one_statement() as conn:
+            rows = await fetch(conn, statement, {})
+        calls.append([(row.sku, row.unit_price_cents, row["keys"], list(row.keys())) for row in rows])
+        with pytest.raises(AttributeError):
+            _ = rows[0].no_such_column
+    assert calls[0] == calls[1]
+    assert [sku for sku, *_ in calls[0]] == sorted(sku for sku, *_ in calls[0])
+    assert calls[0][0][2:] == ("k", ["sku", "unit_price_cents", "keys"])
+    assert statement.record_class is row_class
+    assert {"sku", "unit_price_cents"} <= set(vars(row_class))
+
+
 def test_a_statement_whose_values_need_conversion_is_refused() -> None:
     with pytest.raises(ValueError, match="must run through SQLAlchemy"):
         Compiled(select(bindparam("p_numbers", type_=ARRAY(Integer))))

@@ -1,6 +1,7 @@
 """CPU per call without HTTP or machine noise: ASGI calls made in-process, one at a time.
 
-    python -m bench.inproc [--batches 30] [--mode sse|json] [--ab-sdk-hooks] [--cprofile cart_view]
+    python -m bench.inproc [--batches 30] [--mode sse|json] [--ab-sdk-hooks]
+    python -m bench.inproc --cprofile cart_view [--pstats FILE] [--callers PATTERN]
 
 Builds the stock SDK app (``bench.targets.sdk_app``) and Coatcheck's ``create_app`` in this process, against a
 fresh bench database, and times ``cart_view`` / ``cart_set_item`` through each app's ASGI callable with a real

@@ -80,7 +80,6 @@ async def test_a_compiled_statement_reads_its_columns_as_attributes_on_every_cal
         with pytest.raises(AttributeError):
             _ = rows[0].no_such_column
     assert calls[0] == calls[1]
-    assert [sku for sku, *_ in calls[0]] == sorted(sku for sku, *_ in calls[0])
     assert calls[0][0][2:] == ("k", ["sku", "unit_price_cents", "keys"])
     assert statement.record_class is row_class
     assert {"sku", "unit_price_cents"} <= set(vars(row_class))

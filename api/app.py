@@ -9,6 +9,7 @@ import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from datetime import timedelta
+from functools import partial
 from typing import Any
 
 import httpx2
@@ -38,6 +39,7 @@ from api.mcp.endpoint import (
     install_quiet_client_disconnects,
     transport_security,
 )
+from api.mcp.lanes import ToolLanes, inline_twin
 from api.mcp.observer import ToolCallObserver
 from api.mcp.sdk_pipeline import sdk_pipeline
 from api.mcp.server import build_mcp_server
@@ -138,7 +140,7 @@ def create_app(
         sessions = BrowserSessions(cookie_jar(settings), db)
         authorization_server = build_authorization_server(settings, db, login=login, sessions=sessions)
     mcp_verifier: TokenVerifier = verifier if authorization_server is None else authorization_server.verifier
-    mcp = build_mcp_server(settings, db, mcp_verifier, connections)
+    mcp, store_tools = build_mcp_server(settings, db, mcp_verifier, connections)
     mcp.middleware.append(
         ToolCallObserver(mcp, digest_key=principal_digest_key(settings.token_key_ring), metrics=metrics)
     )
@@ -155,8 +157,16 @@ def create_app(
     )
     answer_verifier_outages(mcp_asgi)  # an IdP that cannot answer about a token: 503, not 401 or 500
     install_quiet_client_disconnects()
+    # Streaming by default, but the store tools' calls are answered inline: the same answer without the
+    # stream's per-call tasks (api/mcp/lanes.py). Both managers serve the one MCP server.
+    managers = [mcp.session_manager]
+    transport = None
+    if not settings.mcp_json_response:
+        inline = inline_twin(mcp.session_manager)
+        managers.append(inline)
+        transport = partial(ToolLanes, inline=inline, tools=store_tools)
     endpoint = McpEndpoint(
-        sdk_pipeline(mcp_asgi),  # type: ignore[arg-type]  # Starlette's and Litestar's ASGI types
+        sdk_pipeline(mcp_asgi, transport=transport),  # type: ignore[arg-type]  # Starlette's and Litestar's ASGI types
         body_limit=settings.max_request_body_bytes,
         reject_legacy=settings.legacy_clients == "reject",
         resource_metadata_url=f"{settings.public_url}/.well-known/oauth-protected-resource/mcp",
@@ -243,7 +253,9 @@ def create_app(
                 sync_check.run(settings.db_sync_standby_check_seconds), name="coatcheck-sync-standby-check"
             )
         try:
-            async with mcp.session_manager.run():
+            async with contextlib.AsyncExitStack() as running:
+                for manager in managers:
+                    await running.enter_async_context(manager.run())
                 yield
         finally:
             if authorization_server is not None:

@@ -1,7 +1,7 @@
 """Build the SDK's ``MCPServer`` with Coatcheck's auth, request-state protection and tools."""
 
 from datetime import timedelta
-from typing import Literal, cast
+from typing import Literal, NamedTuple, cast
 
 from mcp.server.auth.provider import TokenVerifier
 from mcp.server.auth.settings import AuthSettings
@@ -30,9 +30,18 @@ INSTRUCTIONS = (
 LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]
 
 
+class BuiltServer(NamedTuple):
+    """The production MCP server and the names of its tools that only use the store."""
+
+    mcp: MCPServer[ToolDeps]
+    store_tools: frozenset[str]
+    """Tools that send no notification and wait on nothing but the database: they can be answered inline
+    (:mod:`api.mcp.lanes`). The connection tools wait on providers and are not among them."""
+
+
 def build_mcp_server(
     settings: Settings, database: Database, verifier: TokenVerifier, connections: Connections
-) -> MCPServer[ToolDeps]:
+) -> BuiltServer:
     """The production MCP server: every tool, auth required, requestState sealed under the shared ring.
 
     The tools reach ``database``, the cursor signer and ``connections`` through the server's lifespan.
@@ -66,12 +75,12 @@ def build_mcp_server(
     )
     advertised.bind(mcp)
     sdk_hooks.install(mcp)  # skip the SDK's no-op spans and empty Mcp-Param checks (api/mcp/sdk_hooks.py)
-    register_cart_tools(
+    cart_tools = register_cart_tools(
         mcp,
         max_cart_lines=tool_deps.max_cart_lines,
         max_open_carts=tool_deps.max_open_carts,
         idempotency_key_ttl=tool_deps.idempotency_key_ttl,
     )
-    register_order_tools(mcp)
+    order_tools = register_order_tools(mcp)
     register_connection_tools(mcp)
-    return mcp
+    return BuiltServer(mcp, cart_tools | order_tools)

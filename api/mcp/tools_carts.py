@@ -124,8 +124,9 @@ def register_cart_tools(
     max_cart_lines: int = MAX_CART_LINES,
     max_open_carts: int = DEFAULT_MAX_OPEN_CARTS,
     idempotency_key_ttl: timedelta = DEFAULT_IDEMPOTENCY_KEY_TTL,
-) -> None:
-    """Register the catalog and cart tools on ``mcp``; the limits only word the descriptions."""
+) -> frozenset[str]:
+    """Register the catalog and cart tools on ``mcp`` and return their names; the limits only word the
+    descriptions."""
     mcp.add_tool(
         catalog_search,
         name="catalog_search",
@@ -181,3 +182,4 @@ def register_cart_tools(
             read_only_hint=False, destructive_hint=True, idempotent_hint=True, open_world_hint=False
         ),
     )
+    return frozenset({"catalog_search", "cart_create", "cart_set_item", "cart_view", "cart_list", "cart_delete"})

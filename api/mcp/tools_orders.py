@@ -217,8 +217,8 @@ async def order_list(
     return compact(OrderListOut(orders=summaries, next_cursor=next_cursor))
 
 
-def register_order_tools(mcp: MCPServer[ToolDeps]) -> None:
-    """Register ``cart_checkout``, ``order_view`` and ``order_list`` on ``mcp``."""
+def register_order_tools(mcp: MCPServer[ToolDeps]) -> frozenset[str]:
+    """Register ``cart_checkout``, ``order_view`` and ``order_list`` on ``mcp`` and return their names."""
     mcp.add_tool(
         cart_checkout,
         name="cart_checkout",
@@ -243,3 +243,4 @@ def register_order_tools(mcp: MCPServer[ToolDeps]) -> None:
         "per page by default. Pass next_cursor back as cursor for the next page (null: no more).",
         annotations=READ_ONLY,
     )
+    return frozenset({"cart_checkout", "order_view", "order_list"})

@@ -46,3 +46,27 @@ def test_an_app_without_an_all_methods_route_at_the_root_is_refused() -> None:
         sdk_pipeline(Starlette(routes=[Route("/other", page)]))
     with pytest.raises(RuntimeError, match="no single all-methods route"):
         sdk_pipeline(Starlette(routes=[Route("/", page)]))  # a GET page, not the transport
+
+
+def test_a_transport_wrapper_sits_inside_the_sdks_auth_check_with_its_scopes_and_metadata_url() -> None:
+    app = production_mcp_server().streamable_http_app(streamable_http_path="/", stateless_http=True)
+    sdk_required: Any = app.routes[0].app  # type: ignore[attr-defined]
+    wrapped: list[object] = []
+
+    def transport(inner: Any) -> Any:
+        wrapped.append(inner)
+        return PlainTextResponse("wrapped")
+
+    outer: Any = sdk_pipeline(app, transport=transport)
+
+    required = outer.app.app
+    assert isinstance(required, RequireAuthMiddleware)
+    assert wrapped == [sdk_required.app]  # the SDK's transport handler, given to the wrapper once
+    assert isinstance(required.app, PlainTextResponse)  # what the wrapper returned, behind the auth check
+    assert required.required_scopes == sdk_required.required_scopes
+    assert required.resource_metadata_url == sdk_required.resource_metadata_url
+
+
+def test_a_transport_wrapper_is_refused_for_a_route_that_is_not_the_sdks_auth_check() -> None:
+    with pytest.raises(RuntimeError, match="not its auth check"):
+        sdk_pipeline(Starlette(routes=[Route("/", PlainTextResponse("hi"))]), transport=lambda inner: inner)

@@ -21,7 +21,7 @@ from mcp import Client
 from mcp.server.mcpserver import MCPServer
 
 from api.app import create_app
-from api.mcp.server import build_mcp_server
+from api.mcp.server import BuiltServer, build_mcp_server
 from api.oauth.setup import build_connections
 from api.settings import Settings
 from store.db import Database
@@ -116,6 +116,11 @@ def production_mcp_server() -> MCPServer[Any]:
 
     For tests of what the server advertises or how the SDK's hooks treat its tools; nothing here connects.
     """
+    return production_server().mcp
+
+
+def production_server() -> BuiltServer:
+    """:func:`production_mcp_server` with the names of its store tools (``build_mcp_server``'s answer)."""
     settings = Settings.from_env(
         database_url="postgresql://coatcheck@127.0.0.1:5432/unused",  # never connected to here
         public_url="http://127.0.0.1:9",

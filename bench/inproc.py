@@ -106,7 +106,7 @@ async def run(args: argparse.Namespace, url: str, issuer: str, token: str, port:
     os.environ.update({"BENCH_DSN": _dsn(url), "BENCH_ISS": issuer, "BENCH_SUB": "bench-user"})
     os.environ["BENCH_JSON"] = "1" if args.mode == "json" else "0"
     from api.app import create_app
-    from api.gc_policy import freeze_startup_objects
+    from api.gc_policy import serving_policy
     from api.logs import configure_logging
     from api.settings import Settings
     from bench.targets import sdk_app
@@ -165,7 +165,7 @@ async def run(args: argparse.Namespace, url: str, issuer: str, token: str, port:
         }
         if stock_hooks is not None:
             cases["cart_view, SDK defaults"] = (stock_hooks, {**view_h, **auth}, [view_b])  # type: ignore[assignment]
-        freeze_startup_objects()  # as `coatcheck serve` does before it serves (api/gc_policy.py)
+        serving_policy()  # as `coatcheck serve` does before it serves (api/gc_policy.py)
         # Many short batches, interleaved: on a shared machine the quiet batches (the low percentiles) are
         # the app's own cost, the rest is other processes stealing the core.
         batches: dict[str, list[float]] = {name: [] for name in cases}

@@ -108,12 +108,12 @@ def coatcheck_app() -> Any:
     """Coatcheck's app as ``coatcheck serve`` builds it (settings from the environment, its logging, start-up
     objects frozen), for a server other than uvicorn to run (``python -m bench.granian``)."""
     from api.app import create_app
-    from api.gc_policy import freeze_startup_objects
+    from api.gc_policy import serving_policy
     from api.logs import configure_logging
     from api.settings import Settings
 
     settings = Settings.from_env()
     configure_logging(settings.log_level, settings.log_format)
     app = create_app(settings)
-    freeze_startup_objects()
+    serving_policy()
     return app

@@ -39,3 +39,24 @@ def test_start_up_garbage_is_collected_and_the_live_objects_are_frozen() -> None
     assert result["garbage_freed"] is True
     assert result["frozen"] > 1000  # the interpreter's and the test's own objects at least
     assert result["kept_walked"] is False
+
+
+def test_the_serving_policy_freezes_and_runs_young_collections_less_often_keeping_the_older_thresholds() -> None:
+    script = textwrap.dedent(
+        """
+        import gc, json
+        from api.gc_policy import YOUNG_THRESHOLD, serving_policy
+
+        before = gc.get_threshold()
+        frozen = serving_policy()
+        print(json.dumps({"before": before, "after": gc.get_threshold(), "young": YOUNG_THRESHOLD, "frozen": frozen}))
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["young"] > result["before"][0]
+    assert result["after"] == [result["young"], *result["before"][1:]]
+    assert result["frozen"] > 1000

@@ -6,12 +6,11 @@ under load that was a stall of hundreds of milliseconds a few times per 5 000 ca
 Freezing them once after start-up moves them out of every future collection; request garbage is still
 collected as before.
 
-A tool call allocates a few thousand container objects (pydantic models, dicts, the SDK's per-request
-connection and runner, which refer to each other and so wait for the collector). At CPython's default
-young-generation threshold (700 net allocations) the collector ran a young pass every dozen calls, each
-walking every object the 16 calls in flight held: 28 us of every `cart_view`'s CPU in-process, 10 us at
-``YOUNG_THRESHOLD`` (a higher one saves nothing more; docs/performance.md). The same cycles are collected,
-later: the young generation holds at most ``YOUNG_THRESHOLD`` objects more, a few megabytes.
+A tool call leaves a few dozen objects in reference cycles (the SDK's per-request connection and runner)
+that only the collector frees. At CPython's default young-generation threshold (700 net allocations) a
+young pass ran about every twelve calls, each walking everything the calls in flight held: 28 us of GC per
+call in-process, 10 us at ``YOUNG_THRESHOLD`` (a higher one saves nothing more; docs/performance.md). The
+same cycles are collected, later: the young generation holds at most ``YOUNG_THRESHOLD`` objects more.
 """
 
 import gc

@@ -7,7 +7,8 @@ Needs ``wrk`` (Debian package ``wrk``), PostgreSQL (``TEST_DATABASE_URL``, defau
 the dev IdP, and the ``bench`` extra (FastMCP, py-spy): ``pip install -e '.[test,bench]' -c constraints.txt``.
 
 Coatcheck runs exactly as ``coatcheck serve`` starts it (INFO logging, the access line on; only the secrets and
-URLs it needs are set). The peers run with uvicorn's ``--log-level warning --no-access-log``.
+URLs it needs are set), so in SSE mode (its default) its store tools' calls are answered inline
+(``api/mcp/lanes.py``). The peers run with uvicorn's ``--log-level warning --no-access-log``.
 
 Targets, each one uvicorn worker: a bare Litestar endpoint running the cart query (the floor), the stock ``mcp``
 app with a one-query cart tool, FastMCP with the same tool, and Coatcheck's ``cart_view`` and ``cart_set_item``

@@ -12,11 +12,16 @@ The SDK answers a 2026-07-28 request one of two ways, chosen for the whole serve
 For a handler that sends nothing and finishes within 15 s the two give the same answer on the wire, but
 the streaming machinery (a task group, two tasks, a stream, a timer) costs about 0.14 ms of CPU per call on
 these machines, more than a cart tool's own store work (docs/performance.md). Coatcheck's store tools
-(catalog, carts, orders) never notify and are bounded by the pool and statement timeouts, so
-:class:`ToolLanes` sends their ``tools/call`` requests inline even when the server streams. The only
-difference a client can see: it cannot cut such a call short by going away. Their units of work are
-shielded from cancellation anyway (the effect is the same), so only the result building is no longer
-skipped. Everything else (other methods, the connection tools, which wait on providers, tools added by
+(catalog, carts, orders) never notify, so :class:`ToolLanes` sends their ``tools/call`` requests inline even
+when the server streams. What differs for them:
+
+* a client that goes away no longer cuts the call short. Their units of work are shielded from cancellation
+  anyway, so the effect is the same; only the result building now runs for nobody;
+* a call slower than 15 s gets no keep-alive pings, so a proxy's idle timeout (60 s in the shipped HAProxy
+  configuration) applies to it. Their waits are bounded: ``DB_POOL_TIMEOUT_SECONDS`` (5 s) for a connection,
+  ``DB_STATEMENT_TIMEOUT_MS`` (15 s) per statement, and a call near those bounds is failing anyway.
+
+Everything else (other methods, the connection tools, which wait on providers, tools added by
 ``configure_mcp`` such as the conformance fixtures, handshake-era requests) is served as configured.
 
 The lane is chosen from the ``Mcp-Method`` and ``Mcp-Name`` headers, which 2026-07-28 requires and the SDK

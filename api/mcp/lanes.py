@@ -38,7 +38,9 @@ _TOOLS_CALL = b"tools/call"
 def inline_twin(manager: StreamableHTTPSessionManager) -> StreamableHTTPSessionManager:
     """A session manager like ``manager`` (same server, security and limits) that answers inline.
 
-    It must be run (``async with twin.run()``) beside ``manager`` for as long as it serves.
+    It must be run (``async with twin.run()``) beside ``manager`` for as long as it serves. Running it enters
+    the server's lifespan a second time, which Coatcheck's allows: it only yields the dependencies the app
+    owns (:func:`api.mcp.lifespan.lifespan_yielding`).
     """
     return StreamableHTTPSessionManager(
         app=manager.app,

@@ -62,7 +62,7 @@ async def _post(app: InProcessApp, token: str, headers: dict[str, str], body: di
     loop = asyncio.get_running_loop()
     count = TaskCount()
     async with app.http(timeout=15.0) as http:
-        loop.set_task_factory(count)  # type: ignore[arg-type]  # the factory's keyword arguments vary by version
+        loop.set_task_factory(count)
         try:
             response = await http.post("/mcp", headers={**headers, "Authorization": f"Bearer {token}"}, json=body)
         finally:

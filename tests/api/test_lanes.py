@@ -102,7 +102,7 @@ async def test_a_store_tool_call_is_answered_inline_without_a_task_while_a_tool_
     assert tasks_for_probe >= 2  # the handler and the disconnect watcher: the streaming lane
 
 
-async def test_a_call_whose_header_names_a_store_tool_but_whose_body_calls_another_is_refused_before_either_runs(
+async def test_a_call_whose_header_names_a_store_tool_but_whose_body_calls_another_is_refused_before_that_tool_runs(
     streaming_app: InProcessApp, mcp_token: McpTokens
 ) -> None:
     token = await mcp_token("lanes-user", resource=streaming_app.mcp_url, transport=streaming_app.transport())

@@ -9,6 +9,7 @@ fixtures are (``configure_mcp``) that reports progress.
 import asyncio
 import json
 from collections.abc import AsyncIterator, Coroutine, Generator
+from functools import partial
 from typing import Any
 
 import pytest
@@ -22,25 +23,24 @@ from tests.support.wire import modern_request
 PROBE = "progress_probe"
 
 
-class ProbeRuns:
-    count = 0
-
-
-def _add_progress_probe(runs: type[ProbeRuns]) -> Any:
-    def configure(mcp: MCPServer[Any]) -> None:
-        @mcp.tool(name=PROBE, description="Reports progress once, then returns.")
-        async def probe(ctx: Context) -> str:
-            runs.count += 1
-            await ctx.report_progress(1, total=2, message="half way")
-            return "done"
-
-    return configure
+def _add_progress_probe(mcp: MCPServer[Any], *, runs: list[None]) -> None:
+    @mcp.tool(name=PROBE, description="Reports progress once, then returns.")
+    async def probe(ctx: Context) -> str:
+        runs.append(None)
+        await ctx.report_progress(1, total=2, message="half way")
+        return "done"
 
 
 @pytest.fixture
-async def streaming_app(server_env: dict[str, str]) -> AsyncIterator[InProcessApp]:
-    ProbeRuns.count = 0
-    async with started_app(settings_from(server_env), configure_mcp=_add_progress_probe(ProbeRuns)) as started:
+def probe_runs() -> list[None]:
+    """One entry per run of the probe tool."""
+    return []
+
+
+@pytest.fixture
+async def streaming_app(server_env: dict[str, str], probe_runs: list[None]) -> AsyncIterator[InProcessApp]:
+    probe = partial(_add_progress_probe, runs=probe_runs)
+    async with started_app(settings_from(server_env), configure_mcp=probe) as started:
         yield started
 
 
@@ -71,7 +71,7 @@ async def _post(app: InProcessApp, token: str, headers: dict[str, str], body: di
 
 
 async def test_a_store_tool_call_is_answered_inline_without_a_task_while_a_tool_that_reports_progress_streams_it(
-    streaming_app: InProcessApp, mcp_token: McpTokens
+    streaming_app: InProcessApp, mcp_token: McpTokens, probe_runs: list[None]
 ) -> None:
     token = await mcp_token("lanes-user", resource=streaming_app.mcp_url, transport=streaming_app.transport())
 
@@ -100,10 +100,11 @@ async def test_a_store_tool_call_is_answered_inline_without_a_task_while_a_tool_
     assert events[0]["params"] == {"progressToken": "probe-1", "progress": 1, "total": 2, "message": "half way"}
     assert events[1]["result"]["content"][0]["text"] == "done"
     assert tasks_for_probe >= 2  # the handler and the disconnect watcher: the streaming lane
+    assert probe_runs == [None]
 
 
 async def test_a_call_whose_header_names_a_store_tool_but_whose_body_calls_another_is_refused_before_that_tool_runs(
-    streaming_app: InProcessApp, mcp_token: McpTokens
+    streaming_app: InProcessApp, mcp_token: McpTokens, probe_runs: list[None]
 ) -> None:
     token = await mcp_token("lanes-user", resource=streaming_app.mcp_url, transport=streaming_app.transport())
     headers, body = modern_request("tools/call", {"name": PROBE})
@@ -113,7 +114,7 @@ async def test_a_call_whose_header_names_a_store_tool_but_whose_body_calls_anoth
 
     assert refused.status_code == 400
     assert refused.json()["error"]["code"] == HEADER_MISMATCH
-    assert ProbeRuns.count == 0
+    assert probe_runs == []
 
 
 async def test_every_tool_but_the_connection_tools_is_answered_inline() -> None:
